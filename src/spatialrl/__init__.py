@@ -1,0 +1,3 @@
+"""spatialrl: train and benchmark vision-language-model agents on active spatial tasks."""
+
+__version__ = "0.1.0"

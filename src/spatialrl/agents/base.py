@@ -1,0 +1,80 @@
+"""The Policy contract: a batch of chat conversations in, a batch of generations out.
+
+Conversations use the Hugging Face / OpenAI chat format with image parts::
+
+    [{"role": "system", "content": [{"type": "text", "text": "..."}]},
+     {"role": "user", "content": [{"type": "image", "image": <uint8 HxWx3 ndarray>},
+                                  {"type": "text", "text": "..."}]},
+     {"role": "assistant", "content": [{"type": "text", "text": "Action: MoveAhead"}]}]
+
+Every policy (local transformers model, OpenAI-compatible server, expert, random, human) implements
+``generate``. ``infos`` carries each conversation's latest env ``info`` dict; model policies ignore it,
+the expert and random policies read ``info["expert_response"]`` / ``info["candidate_responses"]``
+from it (the env is the single source of ground truth).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+Message = dict[str, Any]
+Conversation = list[Message]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Decoding settings. Evaluation decodes greedily by default (temperature 0), as both papers do."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass
+class Generation:
+    """One model answer. ``token_ids``/``logprobs`` are filled by policies that have them (local models)."""
+
+    text: str
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    error: str | None = None  # set when the policy could not answer (e.g. server error after retries)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    name: str
+
+    def generate(
+        self,
+        conversations: list[Conversation],
+        sampling: SamplingParams,
+        infos: list[dict[str, Any]] | None = None,
+    ) -> list[Generation]: ...
+
+
+def text_of(message: Message) -> str:
+    """Concatenate the text parts of one message (images dropped)."""
+    content = message["content"]
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if part.get("type") == "text")
+
+
+def images_of(conversation: Conversation) -> list[Any]:
+    """All image parts of a conversation, in order."""
+    out = []
+    for message in conversation:
+        content = message["content"]
+        if isinstance(content, str):
+            continue
+        out.extend(part["image"] for part in content if part.get("type") == "image")
+    return out

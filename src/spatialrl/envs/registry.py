@@ -1,0 +1,97 @@
+"""Task suites: how the generic rollout / eval / training code meets a task, without naming it.
+
+A task (TVR, V-IRL, GeneralPoints) registers one :class:`TaskSuite` in its ``envs/<task>/suite.py``.
+Algorithms and the eval runner only ever talk to a suite, never ``if task == "virl"``.
+
+The contract with the env (a ``gymnasium.Env`` whose action is the model's raw text):
+
+* ``env.reset(seed=spec.seed, options=spec.reset_options)`` starts the episode ``spec``.
+* every ``info`` (from reset and step) carries
+  - ``"expert_response"``: the exact text the expert answers in this state (the SFT target),
+  - ``"candidate_responses"``: well-formed answers a random agent samples from,
+  - ``"record"``: a JSON-able dict of per-step fields worth logging (pose, validity, ...).
+* the ``info`` of the final step (terminated or truncated) carries ``"episode"``: a JSON-able dict of
+  per-episode fields (``success`` at least) that ``TaskSuite.summarize`` turns into metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import gymnasium as gym
+
+from spatialrl.agents.base import Conversation
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to run: a unique id, the category its metrics are grouped under, how to reset."""
+
+    episode_id: str
+    category: str
+    reset_options: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = None
+
+
+class Prompter(Protocol):
+    """Turns one episode so far into chat messages. One instance per episode (it holds the memory)."""
+
+    def reset(self, obs: Any, info: dict[str, Any]) -> None: ...
+
+    def update(self, response: str, obs: Any, info: dict[str, Any]) -> None:
+        """Record the model's ``response`` and the env's answer to it (next ``obs``/``info``)."""
+
+    def messages(self) -> Conversation:
+        """The conversation to send to the policy for the next turn."""
+
+
+@dataclass(frozen=True)
+class TaskSuite:
+    """Everything the generic runner needs to evaluate or train on one task.
+
+    ``options`` is the task's own argument dict (data path, split, memory mode, image size, ...),
+    parsed from the CLI's ``--data``, ``--split`` and ``--set key=value`` flags.
+    """
+
+    name: str
+    description: str
+    make_env: Callable[[dict[str, Any]], gym.Env]
+    make_prompter: Callable[[dict[str, Any]], Prompter]
+    episodes: Callable[[dict[str, Any]], list[EpisodeSpec]]
+    summarize: Callable[[list[dict[str, Any]]], dict[str, dict[str, float]]]
+    # Optional report hook: (episode record, its step records, options, asset dir) -> HTML fragment.
+    render_episode: Callable[[dict[str, Any], list[dict[str, Any]], dict[str, Any], Any], str] | None = None
+    # Optional extra writer after a run (e.g. the V-IRL reference JSONL layout): (run dir, options) -> None.
+    after_run: Callable[[Any, dict[str, Any]], None] | None = None
+    default_options: dict[str, Any] = field(default_factory=dict)
+
+
+_SUITES: dict[str, TaskSuite] = {}
+# Modules that register a suite on import; imported lazily so `spatialrl --help` stays fast.
+_SUITE_MODULES = {
+    "tvr": "spatialrl.envs.tvr.suite",
+    "virl": "spatialrl.envs.virl.suite",
+    "gp": "spatialrl.envs.gp.suite",
+}
+
+
+def register_suite(suite: TaskSuite) -> TaskSuite:
+    _SUITES[suite.name] = suite
+    return suite
+
+
+def get_suite(name: str) -> TaskSuite:
+    if name not in _SUITES:
+        module = _SUITE_MODULES.get(name)
+        if module is None:
+            raise KeyError(f"unknown task {name!r}; known tasks: {', '.join(sorted(_SUITE_MODULES))}")
+        import importlib
+
+        importlib.import_module(module)
+    return _SUITES[name]
+
+
+def task_names() -> list[str]:
+    return sorted(_SUITE_MODULES)

@@ -1,0 +1,13 @@
+"""User-facing errors. The CLI prints these as one clear line (no traceback)."""
+
+
+class SpatialRLError(Exception):
+    """Base class of errors caused by the user's input or machine (not by a bug)."""
+
+
+class DataError(SpatialRLError, ValueError):
+    """A file or field of the user's data is missing or malformed; the message names it."""
+
+
+class RenderUnavailable(SpatialRLError, RuntimeError):
+    """The offscreen renderer (EGL) cannot start; the message names the packages to install."""
