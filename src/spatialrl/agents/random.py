@@ -1,0 +1,35 @@
+"""The random agent: a uniform choice among the env's well-formed answers (``info["candidate_responses"]``).
+
+It is the chance baseline of every report. Seeded, so two runs with the same seed answer identically.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from spatialrl.agents.base import Conversation, Generation, SamplingParams
+
+
+class RandomPolicy:
+    name = "random"
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+
+    def generate(
+        self,
+        conversations: list[Conversation],
+        sampling: SamplingParams,
+        infos: list[dict[str, Any]] | None = None,
+    ) -> list[Generation]:
+        if infos is None or len(infos) != len(conversations):
+            raise ValueError("the random policy needs the env info of every conversation (infos=...)")
+        out = []
+        for info in infos:
+            choices = info.get("candidate_responses")
+            if not choices:
+                raise KeyError("env info has no 'candidate_responses'; this env does not support the random agent")
+            out.append(Generation(text=str(choices[int(self.rng.integers(len(choices)))])))
+        return out

@@ -1,0 +1,121 @@
+"""`spatialrl eval` and `spatialrl report`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from spatialrl.errors import SpatialRLError
+
+
+def parse_sets(sets: list[str] | None) -> dict[str, Any]:
+    """Parse repeated ``--set key=value`` flags; values are read as YAML scalars (ints, floats, bools)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in sets or []:
+        if "=" not in item:
+            raise typer.BadParameter(f"--set expects key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value) if value else ""
+    return out
+
+
+def eval_command(
+    task: Annotated[str, typer.Option(help="Task: tvr, virl or gp.")],
+    agent: Annotated[str, typer.Option(help="expert | random | hf:PATH | openai:MODEL@URL | builtin:NAME")] = "expert",
+    data: Annotated[str | None, typer.Option(help="Task data: TVR bench folder, V-IRL dataset folder.")] = None,
+    split: Annotated[str | None, typer.Option(help="Split to evaluate (task-specific; default: the task's).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<task>-<split>-<agent>).")] = None,
+    batch_size: Annotated[int, typer.Option(help="Episodes stepped together per generate call.")] = 8,
+    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N episodes.")] = None,
+    temperature: Annotated[float, typer.Option(help="0 = greedy (the papers' default).")] = 0.0,
+    top_p: Annotated[float, typer.Option()] = 1.0,
+    max_new_tokens: Annotated[int, typer.Option()] = 256,
+    seed: Annotated[int, typer.Option(help="Seed of sampling and of the random agent.")] = 0,
+    label: Annotated[str | None, typer.Option(help="Name of this run in reports (default: the agent).")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Task option key=value (repeatable).")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Delete an existing run folder instead of resuming it.")] = False,
+    report: Annotated[bool, typer.Option(help="Write report.md/report.html into the run folder.")] = True,
+) -> None:
+    """Evaluate an agent on a task; resumable (re-running the same command skips finished episodes)."""
+    from dataclasses import asdict
+
+    from rich.console import Console
+
+    from spatialrl.agents.base import SamplingParams
+    from spatialrl.agents.loader import load_policy
+    from spatialrl.envs.registry import get_suite
+    from spatialrl.eval.report import print_metrics, write_report
+    from spatialrl.eval.runs import open_run_dir
+    from spatialrl.io import atomic_write_json
+    from spatialrl.rollout.runner import run_episodes
+
+    console = Console()
+    try:
+        suite = get_suite(task)
+        options = dict(suite.default_options)
+        if data is not None:
+            options["data"] = data
+        if split is not None:
+            options["split"] = split
+        if limit is not None:
+            options["limit"] = limit
+        options.update(parse_sets(set_))
+        sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
+        episodes = suite.episodes(options)
+        if limit is not None:
+            episodes = episodes[:limit]
+        if out is None:
+            safe_agent = agent.replace(":", "-").replace("/", "_").replace("@", "_")
+            out = Path("runs") / f"{task}-{options.get('split', 'default')}-{safe_agent}"
+        config = {"task": task, "agent": agent, "options": options, "sampling": asdict(sampling),
+                  "label": label or agent}
+        open_run_dir(out, config, overwrite=overwrite)
+        policy = load_policy(agent, seed=seed)
+        result = run_episodes(suite, options, policy, episodes, batch_size=batch_size, sampling=sampling,
+                              out_dir=out)
+        metrics = suite.summarize(result.episodes)
+        atomic_write_json(out / "metrics.json", metrics)
+        if suite.after_run is not None:
+            suite.after_run(out, options)
+        console.print(
+            f"[green]{result.new_episodes} new episodes, {result.env_steps} env steps in {result.seconds:.1f}s "
+            f"→ {out}[/green]"
+        )
+        print_metrics(console, {config["label"]: metrics})
+        if report:
+            md, html = write_report([out], out)
+            console.print(f"report: {md} · {html}")
+    except SpatialRLError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+
+
+def report_command(
+    runs: Annotated[list[Path], typer.Argument(help="Run folders to compare (one row group per run).")],
+    out: Annotated[Path, typer.Option(help="Folder for report.md, report.html and assets.")] = Path("report"),
+    episodes_per_run: Annotated[int, typer.Option(help="Episodes shown in the trajectory viewer per run.")] = 6,
+) -> None:
+    """Combine run folders (e.g. expert, random, a model) into one Markdown + HTML report."""
+    from rich.console import Console
+
+    from spatialrl.eval.report import print_metrics, write_report
+    from spatialrl.eval.runs import load_run
+
+    console = Console()
+    try:
+        md, html = write_report(runs, out, episodes_per_run=episodes_per_run)
+        from spatialrl.envs.registry import get_suite
+
+        table = {}
+        for path in runs:
+            run = load_run(path)
+            table[run.label] = get_suite(run.config["task"]).summarize(run.episodes)
+        print_metrics(console, table)
+        console.print(f"report: {md} · {html}")
+    except SpatialRLError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None

@@ -1,0 +1,169 @@
+"""The batched runner on a small real task: reach a target count by answering "+1"/"stop"."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from spatialrl.agents.base import Generation, SamplingParams
+from spatialrl.agents.expert import ExpertPolicy
+from spatialrl.agents.random import RandomPolicy
+from spatialrl.envs.registry import EpisodeSpec, TaskSuite
+from spatialrl.eval.report import write_report
+from spatialrl.eval.runs import open_run_dir
+from spatialrl.io import read_jsonl
+from spatialrl.rollout.runner import run_episodes
+
+
+class CountEnv(gym.Env):
+    """Count from 0 to `target` with '+1', then say 'stop'. Budget: target + 2 turns."""
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.target, self.n, self.t = int(options["target"]), 0, 0
+        return np.zeros((2, 2, 3), np.uint8), self._info()
+
+    def _info(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        info = {
+            "expert_response": "stop" if self.n == self.target else "+1",
+            "candidate_responses": ["+1", "stop"],
+            "record": {"n": self.n, "action": None},
+        }
+        info.update(extra or {})
+        return info
+
+    def step(self, action: str):
+        self.t += 1
+        act = action.strip()
+        if act == "+1":
+            self.n += 1
+        done = act == "stop"
+        success = done and self.n == self.target
+        truncated = not done and self.t >= self.target + 2
+        info = self._info()
+        info["record"]["action"] = act if act in ("+1", "stop") else None
+        if done or truncated:
+            info["episode"] = {"success": success, "final": self.n}
+        return np.zeros((2, 2, 3), np.uint8), float(success), done, truncated, info
+
+
+class CountPrompter:
+    def reset(self, obs, info):
+        self.msgs = [{"role": "user", "content": [{"type": "text", "text": f"n={info['record']['n']}"}]}]
+
+    def update(self, response, obs, info):
+        self.msgs += [{"role": "assistant", "content": [{"type": "text", "text": response}]},
+                      {"role": "user", "content": [{"type": "text", "text": f"n={info['record']['n']}"}]}]
+
+    def messages(self):
+        return list(self.msgs)
+
+
+def summarize(records):
+    n = len(records)
+    return {"overall": {"success_rate": sum(bool(r["success"]) for r in records) / max(1, n), "episodes": n}}
+
+
+SUITE = TaskSuite(
+    name="count", description="toy counting task", make_env=lambda o: CountEnv(),
+    make_prompter=lambda o: CountPrompter(),
+    episodes=lambda o: [EpisodeSpec(f"ep{i}", "even" if i % 2 == 0 else "odd", {"target": i % 4}) for i in range(o["n"])],
+    summarize=summarize,
+)
+
+
+class CountingPolicy(ExpertPolicy):
+    """The expert, recording how many conversations each generate call got."""
+
+    def __init__(self):
+        self.batches: list[int] = []
+
+    def generate(self, conversations, sampling, infos=None):
+        self.batches.append(len(conversations))
+        return super().generate(conversations, sampling, infos)
+
+
+def test_expert_solves_all_in_batches(tmp_path):
+    policy = CountingPolicy()
+    eps = SUITE.episodes({"n": 10})
+    res = run_episodes(SUITE, {}, policy, eps, batch_size=4, out_dir=tmp_path, progress=False)
+    assert [r["episode_id"] for r in res.episodes] == [e.episode_id for e in eps]
+    assert all(r["success"] for r in res.episodes)
+    assert max(policy.batches) == 4  # lock-step batches, slots refilled as episodes finish
+    steps = list(read_jsonl(tmp_path / "steps.jsonl"))
+    assert len(steps) == res.env_steps == sum(r["n_steps"] for r in res.episodes)
+    # episode i needs target i%4 increments then stop
+    assert res.env_steps == sum(i % 4 + 1 for i in range(10))
+
+
+def test_resume_after_kill_has_no_duplicates(tmp_path):
+    eps = SUITE.episodes({"n": 8})
+    run_episodes(SUITE, {}, ExpertPolicy(), eps[:3], batch_size=2, out_dir=tmp_path, progress=False)
+    # Simulate a crash: steps of an unfinished episode and a torn last line are on disk.
+    with open(tmp_path / "steps.jsonl", "a") as f:
+        f.write(json.dumps({"episode_id": "ep5", "t": 0}) + "\n")
+    with open(tmp_path / "episodes.jsonl", "a") as f:
+        f.write('{"episode_id": "ep7", "succ')
+    res = run_episodes(SUITE, {}, ExpertPolicy(), eps, batch_size=3, out_dir=tmp_path, progress=False)
+    assert res.new_episodes == 5
+    ids = [r["episode_id"] for r in read_jsonl(tmp_path / "episodes.jsonl")]
+    assert sorted(ids) == sorted(e.episode_id for e in eps)
+    steps = list(read_jsonl(tmp_path / "steps.jsonl"))
+    assert len(steps) == sum(i % 4 + 1 for i in range(8))
+    assert len({(s["episode_id"], s["t"]) for s in steps}) == len(steps)
+
+
+class FlakyPolicy:
+    name = "flaky"
+
+    def generate(self, conversations, sampling, infos=None):
+        return [Generation(text="", error="server error 500 after 3 retries") if "n=2" in c[-1]["content"][0]["text"]
+                and len(c) > 1 else Generation(text=i["expert_response"]) for c, i in zip(conversations, infos)]
+
+
+def test_policy_error_is_recorded_and_run_continues(tmp_path):
+    eps = SUITE.episodes({"n": 6})
+    res = run_episodes(SUITE, {}, FlakyPolicy(), eps, batch_size=6, out_dir=tmp_path, progress=False)
+    by_id = {r["episode_id"]: r for r in res.episodes}
+    # targets 2 and 3 reach n=2 -> error; targets 0 and 1 finish
+    assert by_id["ep2"]["error"] and not by_id["ep2"]["success"]
+    assert by_id["ep0"]["success"] and by_id["ep1"]["success"] and by_id["ep4"]["success"] and by_id["ep3"]["error"]
+    assert len(res.episodes) == 6
+
+
+def test_random_policy_is_seeded(tmp_path):
+    eps = SUITE.episodes({"n": 12})
+    a = run_episodes(SUITE, {}, RandomPolicy(3), eps, batch_size=5, progress=False)
+    b = run_episodes(SUITE, {}, RandomPolicy(3), eps, batch_size=5, progress=False)
+    assert [r["n_steps"] for r in a.episodes] == [r["n_steps"] for r in b.episodes]
+    assert 0 < sum(r["success"] for r in a.episodes) < 12
+
+
+def test_run_dir_refuses_a_different_run(tmp_path):
+    cfg = {"task": "count", "agent": "expert", "options": {}, "sampling": {}}
+    open_run_dir(tmp_path / "r", cfg)
+    open_run_dir(tmp_path / "r", cfg)  # same run: resume is fine
+    from spatialrl.errors import SpatialRLError
+
+    with pytest.raises(SpatialRLError, match="different run"):
+        open_run_dir(tmp_path / "r", {**cfg, "agent": "random"})
+
+
+def test_report_lists_runs(tmp_path, monkeypatch):
+    from spatialrl.envs import registry
+
+    monkeypatch.setitem(registry._SUITES, "count", SUITE)
+    eps = SUITE.episodes({"n": 4})
+    for agent, policy in (("expert", ExpertPolicy()), ("random", RandomPolicy(0))):
+        d = tmp_path / agent
+        open_run_dir(d, {"task": "count", "agent": agent, "options": {}, "sampling": {}, "label": agent})
+        run_episodes(SUITE, {}, policy, eps, batch_size=2, out_dir=d, sampling=SamplingParams(), progress=False)
+    md, html = write_report([tmp_path / "expert", tmp_path / "random"], tmp_path / "rep")
+    text = md.read_text()
+    assert "| expert | 1.000 |" in text and "| random |" in text
+    assert (tmp_path / "rep" / "assets" / "count_success.png").exists()
+    assert "<table>" in html.read_text()
