@@ -120,7 +120,7 @@ def _plot_actions(task: str, runs: list[RunRecords], path: Path) -> bool:
         return False
     fig, ax = plt.subplots(figsize=(7, 0.5 * len(dists) + 1.6))
     cmap = plt.get_cmap("tab20")
-    for row, (label, d) in enumerate(dists):
+    for row, (_label, d) in enumerate(dists):
         total = sum(d.values()) or 1
         left = 0.0
         for j, name in enumerate(names):

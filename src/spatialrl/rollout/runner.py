@@ -28,6 +28,7 @@ from typing import Any
 from spatialrl.agents.base import Generation, Policy, SamplingParams
 from spatialrl.envs.registry import EpisodeSpec, Prompter, TaskSuite
 from spatialrl.io import JsonlAppender, read_jsonl, write_jsonl
+from spatialrl.rollout.records import episode_record, step_record
 
 # Called after every env step: (slot's episode spec, conversation sent, generation, step 5-tuple).
 TurnHook = Callable[[EpisodeSpec, list, Generation, tuple], None]
@@ -51,17 +52,6 @@ class RunResult:
     new_episodes: int
     env_steps: int
     seconds: float
-
-
-def _jsonable(value: Any) -> Any:
-    """Coerce numpy scalars/arrays in env records to plain JSON types."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return value
 
 
 def prepare_resume(out_dir: Path) -> set[str]:
@@ -123,19 +113,8 @@ def run_episodes(
 
     def finish(slot: _Slot, episode_fields: dict[str, Any] | None, error: str | None) -> None:
         assert slot.spec is not None
-        record = {
-            "episode_id": slot.spec.episode_id,
-            "category": slot.spec.category,
-            "agent": getattr(policy, "name", type(policy).__name__),
-            "n_steps": slot.t,
-            "return": slot.ret,
-            "response_tokens": slot.response_tokens,
-            "error": error,
-        }
-        if episode_fields is not None:
-            record.update(_jsonable(episode_fields))
-        else:
-            record["success"] = False  # an episode cut short by an error counts as a failure
+        record = episode_record(slot.spec, getattr(policy, "name", type(policy).__name__), slot.t, slot.ret,
+                                slot.response_tokens, episode_fields, error)
         if step_log is not None and episode_log is not None:
             for s in slot.steps:
                 step_log.write(s)
@@ -181,19 +160,8 @@ def run_episodes(
                     slot.t += 1
                     slot.ret += float(reward)
                     slot.response_tokens += int(gen.completion_tokens or 0)
-                    slot.steps.append(
-                        {
-                            "episode_id": slot.spec.episode_id,
-                            "category": slot.spec.category,
-                            "t": slot.t - 1,
-                            "response": gen.text,
-                            "reward": float(reward),
-                            "terminated": bool(terminated),
-                            "truncated": bool(truncated),
-                            "completion_tokens": gen.completion_tokens,
-                            **_jsonable(info.get("record", {})),
-                        }
-                    )
+                    slot.steps.append(step_record(slot.spec, slot.t - 1, gen.text, reward, terminated,
+                                                  truncated, info, gen.completion_tokens))
                     if on_turn is not None:
                         on_turn(slot.spec, conv, gen, (obs, reward, terminated, truncated, info))
                     slot.prompter.update(gen.text, obs, info)
