@@ -65,6 +65,9 @@ class TaskSuite:
     render_episode: Callable[[dict[str, Any], list[dict[str, Any]], dict[str, Any], Any], str] | None = None
     # Optional extra writer after a run (e.g. the V-IRL reference JSONL layout): (run dir, options) -> None.
     after_run: Callable[[Any, dict[str, Any]], None] | None = None
+    # Optional human-play hook (web page): (obs, info) -> {"images": [{"label", "image"}], "texts":
+    # [{"label", "text"}], "actions": [{"label", "response", "key"}]}. Buttons send `response` verbatim.
+    human_view: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None
     default_options: dict[str, Any] = field(default_factory=dict)
 
 
