@@ -3,77 +3,17 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
-import gymnasium as gym
-import numpy as np
 import pytest
 
+from conftest import SUITE
 from spatialrl.agents.base import Generation, SamplingParams
 from spatialrl.agents.expert import ExpertPolicy
 from spatialrl.agents.random import RandomPolicy
-from spatialrl.envs.registry import EpisodeSpec, TaskSuite
 from spatialrl.eval.report import write_report
 from spatialrl.eval.runs import open_run_dir
 from spatialrl.io import read_jsonl
 from spatialrl.rollout.runner import run_episodes
-
-
-class CountEnv(gym.Env):
-    """Count from 0 to `target` with '+1', then say 'stop'. Budget: target + 2 turns."""
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.target, self.n, self.t = int(options["target"]), 0, 0
-        return np.zeros((2, 2, 3), np.uint8), self._info()
-
-    def _info(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        info = {
-            "expert_response": "stop" if self.n == self.target else "+1",
-            "candidate_responses": ["+1", "stop"],
-            "record": {"n": self.n, "action": None},
-        }
-        info.update(extra or {})
-        return info
-
-    def step(self, action: str):
-        self.t += 1
-        act = action.strip()
-        if act == "+1":
-            self.n += 1
-        done = act == "stop"
-        success = done and self.n == self.target
-        truncated = not done and self.t >= self.target + 2
-        info = self._info()
-        info["record"]["action"] = act if act in ("+1", "stop") else None
-        if done or truncated:
-            info["episode"] = {"success": success, "final": self.n}
-        return np.zeros((2, 2, 3), np.uint8), float(success), done, truncated, info
-
-
-class CountPrompter:
-    def reset(self, obs, info):
-        self.msgs = [{"role": "user", "content": [{"type": "text", "text": f"n={info['record']['n']}"}]}]
-
-    def update(self, response, obs, info):
-        self.msgs += [{"role": "assistant", "content": [{"type": "text", "text": response}]},
-                      {"role": "user", "content": [{"type": "text", "text": f"n={info['record']['n']}"}]}]
-
-    def messages(self):
-        return list(self.msgs)
-
-
-def summarize(records):
-    n = len(records)
-    return {"overall": {"success_rate": sum(bool(r["success"]) for r in records) / max(1, n), "episodes": n}}
-
-
-SUITE = TaskSuite(
-    name="count", description="toy counting task", make_env=lambda o: CountEnv(),
-    make_prompter=lambda o: CountPrompter(),
-    episodes=lambda o: [EpisodeSpec(f"ep{i}", "even" if i % 2 == 0 else "odd", {"target": i % 4}) for i in range(o["n"])],
-    summarize=summarize,
-)
 
 
 class CountingPolicy(ExpertPolicy):
@@ -153,10 +93,7 @@ def test_run_dir_refuses_a_different_run(tmp_path):
         open_run_dir(tmp_path / "r", {**cfg, "agent": "random"})
 
 
-def test_report_lists_runs(tmp_path, monkeypatch):
-    from spatialrl.envs import registry
-
-    monkeypatch.setitem(registry._SUITES, "count", SUITE)
+def test_report_lists_runs(tmp_path, count_suite):
     eps = SUITE.episodes({"n": 4})
     for agent, policy in (("expert", ExpertPolicy()), ("random", RandomPolicy(0))):
         d = tmp_path / agent
