@@ -1,0 +1,232 @@
+"""TVR task records and bench folders: the schema, scene ids, loading with field-by-field validation.
+
+A task record keeps TVRBench's fields exactly (``task_id, dataset, scene, difficulty, seg_count,
+bfs_distance, target{position{x,y,z}, rotation_y, horizon}, start{...}``; ``dataset`` is ``single`` or
+``multi`` here instead of ``ithor``/``procthor``) plus ``optimal_steps`` (oracle actions including the
+final Stop), ``category`` (``single-easy`` …) and ``mode`` (``navigation``, ``rotate_only``,
+``move_only``). ``position.y`` is the camera (eye) height of the scene in metres.
+
+A bench folder::
+
+    bench.json                manifest: seed, sizes, generator version, timings
+    scenes.json               split -> [{scene, kind, room_type, seed}]
+    tasks/{eval,sft,rl,diag_rotate,diag_move}.json
+
+A scene id names its generator inputs (``single-kitchen-004211``, ``multi-2room-000731``), so a bench
+rebuilds every house from its files alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from spatialrl.envs.tvr.lattice import GRID, MODE_ACTIONS, PITCHES, YAW_STEP, Pose
+from spatialrl.errors import DataError
+
+DATASETS = ("single", "multi")
+DIFFICULTIES = ("easy", "hard")
+CATEGORIES = tuple(f"{d}-{k}" for d in DATASETS for k in DIFFICULTIES)
+SPLITS = ("eval", "sft", "rl", "diag_rotate", "diag_move")
+TASK_FIELDS = ("task_id", "dataset", "scene", "difficulty", "seg_count", "bfs_distance", "target", "start",
+               "optimal_steps", "category", "mode")
+SCENE_ID = re.compile(r"^(single|multi)-([a-z0-9_]+)-(\d{6})$")
+
+
+@dataclass(frozen=True)
+class SceneRef:
+    """What it takes to rebuild a scene: generator kind, room type and seed."""
+
+    kind: str  # "single" | "multi"
+    room_type: str  # single: kitchen/living_room/bedroom/bathroom; multi: "2room" / "3room"
+    seed: int
+
+    @property
+    def scene_id(self) -> str:
+        return f"{self.kind}-{self.room_type}-{self.seed:06d}"
+
+    @classmethod
+    def parse(cls, scene_id: str) -> SceneRef:
+        m = SCENE_ID.match(scene_id) if isinstance(scene_id, str) else None
+        if m is None:
+            raise DataError(
+                f"unknown scene id {scene_id!r}: expected '<single|multi>-<room type>-<6-digit seed>', "
+                "e.g. 'single-kitchen-004211'"
+            )
+        return cls(kind=m.group(1), room_type=m.group(2), seed=int(m.group(3)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scene": self.scene_id, "kind": self.kind, "room_type": self.room_type, "seed": self.seed}
+
+
+def pose_from_record(view: dict[str, Any]) -> Pose:
+    """Lattice pose of a (validated) TVRBench viewpoint record."""
+    return Pose(
+        int(round(view["position"]["x"] / GRID)),
+        int(round(view["position"]["z"] / GRID)),
+        int(round(view["rotation_y"])) % 360,
+        int(round(view["horizon"])),
+    )
+
+
+def task_poses(task: dict[str, Any]) -> tuple[Pose, Pose]:
+    """``(start, target)`` lattice poses of a task record."""
+    return pose_from_record(task["start"]), pose_from_record(task["target"])
+
+
+# ----------------------------------------------------------------------------------------------- validation
+class _Bad(Exception):
+    def __init__(self, field: str, msg: str):
+        super().__init__(field, msg)
+        self.field, self.msg = field, msg
+
+
+def _int(task: dict, key: str, minimum: int) -> None:
+    v = task[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise _Bad(key, f"expected an integer >= {minimum}, got {v!r}")
+
+
+def _number(v: Any, field: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise _Bad(field, f"expected a finite number, got {v!r}")
+    return float(v)
+
+
+def _view(task: dict, key: str) -> None:
+    view = task[key]
+    if not isinstance(view, dict):
+        raise _Bad(key, f"expected an object with position/rotation_y/horizon, got {type(view).__name__}")
+    for sub in ("position", "rotation_y", "horizon"):
+        if sub not in view:
+            raise _Bad(f"{key}.{sub}", "missing")
+    pos = view["position"]
+    if not isinstance(pos, dict):
+        raise _Bad(f"{key}.position", f"expected an object with x, y, z, got {type(pos).__name__}")
+    for axis in ("x", "y", "z"):
+        if axis not in pos:
+            raise _Bad(f"{key}.position.{axis}", "missing")
+        v = _number(pos[axis], f"{key}.position.{axis}")
+        if axis != "y" and abs(v / GRID - round(v / GRID)) > 1e-6:
+            raise _Bad(f"{key}.position.{axis}", f"expected a multiple of the {GRID} m grid, got {v!r}")
+    yaw = _number(view["rotation_y"], f"{key}.rotation_y")
+    if not 0 <= yaw < 360 or abs(yaw / YAW_STEP - round(yaw / YAW_STEP)) > 1e-6:
+        raise _Bad(f"{key}.rotation_y", f"expected a multiple of {YAW_STEP} in [0, 360), got {yaw!r}")
+    pitch = _number(view["horizon"], f"{key}.horizon")
+    if pitch not in PITCHES:
+        raise _Bad(f"{key}.horizon", f"expected one of {list(PITCHES)}, got {pitch!r}")
+
+
+def validate_task(task: Any) -> None:
+    """Raise ``_Bad(field, message)`` for the first problem in one task record."""
+    if not isinstance(task, dict):
+        raise _Bad("<record>", f"expected an object, got {type(task).__name__}")
+    for key in TASK_FIELDS:
+        if key not in task:
+            raise _Bad(key, "missing")
+    if not isinstance(task["task_id"], str) or not task["task_id"]:
+        raise _Bad("task_id", f"expected a non-empty string, got {task['task_id']!r}")
+    if task["dataset"] not in DATASETS:
+        raise _Bad("dataset", f"expected one of {list(DATASETS)}, got {task['dataset']!r}")
+    if task["difficulty"] not in DIFFICULTIES:
+        raise _Bad("difficulty", f"expected one of {list(DIFFICULTIES)}, got {task['difficulty']!r}")
+    if task["category"] != f"{task['dataset']}-{task['difficulty']}":
+        raise _Bad("category", f"expected {task['dataset']}-{task['difficulty']!s} (dataset-difficulty), "
+                               f"got {task['category']!r}")
+    if task["mode"] not in MODE_ACTIONS:
+        raise _Bad("mode", f"expected one of {list(MODE_ACTIONS)}, got {task['mode']!r}")
+    try:
+        ref = SceneRef.parse(task["scene"])
+    except DataError as e:
+        raise _Bad("scene", str(e)) from None
+    if ref.kind != task["dataset"]:
+        raise _Bad("scene", f"scene {task['scene']!r} is a {ref.kind} scene but dataset is {task['dataset']!r}")
+    _int(task, "seg_count", 0)
+    _int(task, "bfs_distance", 0)
+    _int(task, "optimal_steps", 1)
+    _view(task, "target")
+    _view(task, "start")
+
+
+def validate_tasks(tasks: Any, source: str) -> list[dict[str, Any]]:
+    """Validate a list of task records; errors name ``source``, the task index and the field."""
+    if not isinstance(tasks, list):
+        raise DataError(f"{source}: expected a JSON list of task records, got {type(tasks).__name__}")
+    seen: set[str] = set()
+    for i, task in enumerate(tasks):
+        try:
+            validate_task(task)
+        except _Bad as e:
+            tid = task.get("task_id") if isinstance(task, dict) else None
+            who = f"task [{i}]" + (f" ({tid})" if isinstance(tid, str) else "")
+            raise DataError(f"{source}: {who} field '{e.field}': {e.msg}") from None
+        if task["task_id"] in seen:
+            raise DataError(f"{source}: task [{i}] field 'task_id': duplicate id {task['task_id']!r}")
+        seen.add(task["task_id"])
+    return tasks
+
+
+def load_tasks(path: str | Path) -> list[dict[str, Any]]:
+    """Read and validate one task file."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: task file not found")
+    try:
+        tasks = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: malformed JSON: {e}") from None
+    return validate_tasks(tasks, str(path))
+
+
+class Bench:
+    """A bench folder: manifest, scene splits and validated task files (loaded on first use)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        if not (self.root / "bench.json").is_file():
+            raise DataError(f"{self.root}: not a TVR bench folder (no bench.json); "
+                            "make one with `spatialrl tvr make-bench --out DIR`")
+        self._tasks: dict[str, list[dict[str, Any]]] = {}
+        self._by_id: dict[str, dict[str, Any]] | None = None
+
+    @cached_property
+    def manifest(self) -> dict[str, Any]:
+        return _read_json(self.root / "bench.json")
+
+    @cached_property
+    def scenes(self) -> dict[str, list[dict[str, Any]]]:
+        return _read_json(self.root / "scenes.json")
+
+    def splits(self) -> list[str]:
+        return [s for s in SPLITS if (self.root / "tasks" / f"{s}.json").is_file()]
+
+    def tasks(self, split: str) -> list[dict[str, Any]]:
+        if split not in self._tasks:
+            path = self.root / "tasks" / f"{split}.json"
+            if not path.is_file():
+                raise DataError(f"{self.root}: unknown split {split!r}; this bench has "
+                                f"{', '.join(self.splits()) or 'no task files'}")
+            self._tasks[split] = load_tasks(path)
+        return self._tasks[split]
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        """Find a task by id in any split."""
+        if self._by_id is None:
+            self._by_id = {t["task_id"]: t for s in self.splits() for t in self.tasks(s)}
+        if task_id not in self._by_id:
+            raise DataError(f"{self.root}: unknown task id {task_id!r}")
+        return self._by_id[task_id]
+
+
+def _read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: malformed JSON: {e}") from None

@@ -1,0 +1,132 @@
+"""`spatialrl data ...` (expert datasets) and `spatialrl train ...` (trainers).
+
+Trainers register on ``train_app`` as ``spatialrl train <algo> CONFIG [--a.b=value ...]``; a new one
+(ppo, grpo) adds a function with :func:`trainer_command` and calls its own ``train(cfg)``. Heavy
+imports (torch, transformers) happen inside the commands so ``spatialrl --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from spatialrl.errors import SpatialRLError
+
+data_app = typer.Typer(help="Build training datasets from expert episodes.", no_args_is_help=True)
+train_app = typer.Typer(help="Train models: `spatialrl train sft CONFIG [--a.b=value ...]`.", no_args_is_help=True)
+
+# Commands that take a recipe plus free `--a.b=value` overrides (typer must not parse those itself).
+OVERRIDE_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def _fail(e: Exception) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[red]error:[/red] {e}")
+    raise typer.Exit(2) from None
+
+
+def print_config_help(config_cls: type) -> None:
+    """Every dotted key of a trainer config with its type, default and help (``--help-config``)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from spatialrl.train.config import config_help
+
+    table = Table("key", "type", "default", "help", title=f"{config_cls.__name__} (override with --key=value)")
+    for row in config_help(config_cls):
+        table.add_row(*row)
+    Console().print(table)
+
+
+def run_trainer(config_cls: type, train_fn_path: str, config: Path | None, overrides: list[str],
+                help_config: bool) -> Any:
+    """Shared body of trainer commands: parse + validate the recipe, then call ``module:function``."""
+    if help_config:
+        print_config_help(config_cls)
+        return None
+    if config is None:
+        raise typer.BadParameter("missing CONFIG (a YAML recipe, e.g. configs/sft/tiny_cpu.yaml)")
+    import importlib
+
+    from spatialrl.train.config import load_config
+
+    cfg = load_config(config_cls, config, overrides)
+    module_name, fn_name = train_fn_path.split(":")
+    return getattr(importlib.import_module(module_name), fn_name)(cfg)
+
+
+@train_app.command("sft", context_settings=OVERRIDE_CONTEXT)
+def sft_command(
+    ctx: typer.Context,
+    config: Annotated[Path | None, typer.Argument(help="YAML recipe (configs/sft/*.yaml).")] = None,
+    help_config: Annotated[bool, typer.Option("--help-config", help="List every config key and exit.")] = False,
+) -> None:
+    """Supervised fine-tuning on an expert dataset. Extra `--a.b=value` flags override the recipe."""
+    from spatialrl.train.config import SFTConfig
+
+    try:
+        run_trainer(SFTConfig, "spatialrl.train.sft:train", config, list(ctx.args), help_config)
+    except SpatialRLError as e:
+        _fail(e)
+
+
+@data_app.command("sft")
+def data_sft_command(
+    task: Annotated[str, typer.Option(help="Task: virl, tvr or gp.")],
+    out: Annotated[Path, typer.Option(help="Dataset folder to write.")],
+    data: Annotated[str | None, typer.Option(help="Task data: TVR bench folder, V-IRL dataset folder.")] = None,
+    split: Annotated[str | None, typer.Option(help="Split to draw episodes from (task-specific).")] = None,
+    memory: Annotated[str | None, typer.Option(help="TVR memory: ao (per-step samples) or va (whole trajectories).")] = None,
+    cot: Annotated[bool, typer.Option("--cot", help="Answers start with <think>…</think> reasoning.")] = False,
+    cot_annotator: Annotated[str | None, typer.Option(
+        help="Agent that writes the CoT reasoning instead of the template (e.g. openai:MODEL@URL).")] = None,
+    episodes: Annotated[int | None, typer.Option(help="Number of episodes (a seeded subset; default all).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the episode subset.")] = 0,
+    samples: Annotated[str, typer.Option(help="auto | step | episode (see docs/training.md).")] = "auto",
+    batch_size: Annotated[int, typer.Option(help="Episodes stepped together.")] = 16,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Task option key=value (repeatable).")] = None,
+    keep_failed: Annotated[bool, typer.Option(help="Keep episodes the expert did not solve.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing dataset folder.")] = False,
+) -> None:
+    """Render expert episodes through the eval prompt code into an SFT dataset (JSONL + PNG)."""
+    from rich.console import Console
+
+    try:
+        from spatialrl.envs.registry import get_suite
+        from spatialrl.eval.cli import parse_sets
+        from spatialrl.train.cot import thought_function
+        from spatialrl.train.data import build_sft_dataset
+
+        suite = get_suite(task)
+        options = dict(suite.default_options)
+        if data is not None:
+            options["data"] = data
+        if split is not None:
+            options["split"] = split
+        if memory is not None:
+            options["memory"] = memory
+        if cot:
+            options["cot"] = True
+        options.update(parse_sets(set_))
+        annotator = None
+        if cot_annotator is not None:
+            if not cot:
+                raise typer.BadParameter("--cot-annotator needs --cot")
+            from spatialrl.agents.loader import load_policy
+
+            annotator = load_policy(cot_annotator, seed=seed)
+        meta = build_sft_dataset(
+            suite, options, out, episodes=episodes, seed=seed, samples=samples,  # type: ignore[arg-type]
+            thought_fn=thought_function(task) if cot else None, annotator=annotator, batch_size=batch_size,
+            only_success=not keep_failed, overwrite=overwrite, command=" ".join(["spatialrl", *sys.argv[1:]]),
+        )
+        Console().print(f"[green]{meta['samples']} samples ({meta['assistant_turns']} assistant turns, "
+                        f"{meta['images']} images) from {meta['episodes']} episodes → {out}[/green]")
+        if meta["episodes_dropped"]:
+            Console().print(f"[yellow]{len(meta['episodes_dropped'])} episodes dropped (expert failed)[/yellow]")
+    except (SpatialRLError, KeyError, ValueError) as e:
+        _fail(e)

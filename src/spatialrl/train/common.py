@@ -1,0 +1,329 @@
+"""Plumbing every trainer shares: accelerate setup, seeding, model loading, checkpoints, logging.
+
+Checkpoints (``OUTPUT/checkpoints/step-000120/``) hold everything needed to continue bit-exactly:
+model, optimizer, LR scheduler and every process's RNG states (through ``accelerate``'s
+``save_state``, which also knows how to gather/shard DeepSpeed ZeRO and FSDP states), plus
+``trainer_state.json`` (update count, data position, config) and ``hf/`` (model + processor in the
+Hugging Face layout, loadable by ``spatialrl eval --agent hf:...``). A checkpoint is written under a
+temporary name and renamed once complete; ``trainer_state.json`` is its last file, so a folder without
+it is never resumed from. (The reference SFT/RL code saved neither optimizer nor value head and could
+not resume — its ``save_every`` bug lost 15-hour runs.)
+
+Logging goes to the console, ``OUTPUT/metrics.jsonl`` (always) and TensorBoard or W&B when installed
+and asked for — never required.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from spatialrl.errors import DataError
+from spatialrl.io import JsonlAppender, atomic_write_json
+from spatialrl.train.config import LoggingConfig, ModelConfig, config_to_dict
+
+CHECKPOINT_DIR = "checkpoints"
+STATE_FILE = "trainer_state.json"
+_STEP_RE = re.compile(r"^step-(\d+)$")
+
+
+# ------------------------------------------------------------------------------------------- seeding
+def seed_everything(seed: int) -> None:
+    """Seed Python, numpy's legacy global and torch (CPU + CUDA) — libraries we call may use any of them."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    """The sample order of one epoch: a permutation fixed by (seed, epoch), independent of RNG state,
+    so a resumed run finds its place from the update count alone."""
+    return np.random.default_rng([seed, epoch]).permutation(n).tolist()
+
+
+# ------------------------------------------------------------------------------------------ accelerate
+def make_accelerator(dtype: str, grad_accum: int, micro_batch_size: int, max_grad_norm: float) -> Any:
+    """An ``Accelerator`` for this launch (single process, DDP, DeepSpeed or FSDP come from ``accelerate
+    launch``'s config). ``dtype='auto'`` means bf16 mixed precision on GPU and float32 on CPU."""
+    from accelerate import Accelerator
+
+    use_bf16 = dtype == "bfloat16" or (dtype == "auto" and torch.cuda.is_available())
+    accelerator = Accelerator(mixed_precision="bf16" if use_bf16 else "no", gradient_accumulation_steps=grad_accum)
+    plugin = accelerator.state.deepspeed_plugin
+    if plugin is not None:
+        # We feed our own per-rank batches (no prepared DataLoader), so DeepSpeed cannot infer these.
+        plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = micro_batch_size
+        plugin.deepspeed_config["gradient_clipping"] = max_grad_norm if max_grad_norm > 0 else 0.0
+    return accelerator
+
+
+def is_fsdp(accelerator: Any) -> bool:
+    return getattr(accelerator.state, "fsdp_plugin", None) is not None
+
+
+# ------------------------------------------------------------------------------------------ model
+def resolve_model_source(path: str) -> tuple[str, str]:
+    """``('preset', name)``, ``('folder', path)`` for a model spec (``preset:``, ``builtin:``, a folder)."""
+    if path.startswith("preset:"):
+        return "preset", path.split(":", 1)[1]
+    if path.startswith("builtin:"):
+        from spatialrl.models.builtin import resolve_builtin
+
+        resolved = resolve_builtin(path.split(":", 1)[1])
+        return ("folder", str(resolved)) if isinstance(resolved, Path) else ("preset", resolved)
+    if path.startswith("hf:"):
+        path = path[3:]
+    if not Path(path).is_dir():
+        raise DataError(f"model.path: {path!r} is neither preset:NAME, builtin:NAME nor an existing model folder")
+    return "folder", path
+
+
+def load_model_and_processor(cfg: ModelConfig, seed: int) -> tuple[Any, Any]:
+    """The model to train (float32 master weights; autocast does bf16) and its processor."""
+    kind, value = resolve_model_source(cfg.path)
+    if kind == "preset":
+        from spatialrl.models.builtin import build_model
+
+        model, processor, _ = build_model(value, seed=seed)
+    else:
+        from transformers import AutoModelForImageTextToText
+
+        from spatialrl.models.processor import load_processor
+
+        kwargs: dict[str, Any] = {"dtype": torch.float32, "local_files_only": True}
+        if cfg.attn_implementation:
+            kwargs["attn_implementation"] = cfg.attn_implementation
+        model = AutoModelForImageTextToText.from_pretrained(value, **kwargs)
+        processor = load_processor(value)
+    if cfg.attn_implementation and kind == "preset":
+        model.set_attn_implementation(cfg.attn_implementation)
+    return model, processor
+
+
+def vision_parameters(model: Any) -> list[tuple[str, torch.nn.Parameter]]:
+    """Parameters of the vision tower (and its projector/merger), found by module name across families."""
+    names = ("visual", "vision_tower", "vision_model", "vision_encoder", "multi_modal_projector", "connector")
+    return [(n, p) for n, p in model.named_parameters() if any(f".{k}." in f".{n}" for k in names)]
+
+
+def prepare_trainable(model: Any, cfg: ModelConfig) -> Any:
+    """Apply freeze-vision, LoRA and gradient checkpointing; return the model to train."""
+    if cfg.freeze_vision:
+        frozen = vision_parameters(model)
+        if not frozen:
+            raise DataError(f"model.freeze_vision: found no vision tower parameters in {type(model).__name__}")
+        for _, p in frozen:
+            p.requires_grad_(False)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    if cfg.lora.enabled:
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                          target_modules=_language_lora_targets(model, cfg.lora.target_modules))
+        model = get_peft_model(model, lora)
+        if cfg.gradient_checkpointing:
+            model.enable_input_require_grads()
+    return model
+
+
+def _language_lora_targets(model: Any, suffixes: list[str]) -> list[str]:
+    """Full names of the linear layers to adapt: matching suffixes outside the vision tower."""
+    vision = {n.rsplit(".", 1)[0] for n, _ in vision_parameters(model)}
+    targets = [name for name, module in model.named_modules()
+               if isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[-1] in suffixes
+               and not any(name == v or name.startswith(v + ".") for v in vision)
+               and not any(v.startswith(name) for v in vision)]
+    if not targets:
+        raise DataError(f"model.lora.target_modules: none of {suffixes} names a linear layer of the language model")
+    return targets
+
+
+def count_parameters(model: Any) -> tuple[int, int]:
+    """(trainable, total) parameter counts."""
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return trainable, total
+
+
+# ------------------------------------------------------------------------------------------ schedules
+def lr_lambda(schedule: str, total: int, warmup: int, min_ratio: float):
+    """Multiplier of the peak LR at update ``step`` (linear warmup, then cosine/linear/constant)."""
+    import math
+
+    def fn(step: int) -> float:
+        if warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        decay = 0.5 * (1.0 + math.cos(math.pi * progress)) if schedule == "cosine" else 1.0 - progress
+        return min_ratio + (1.0 - min_ratio) * decay
+
+    return fn
+
+
+# ------------------------------------------------------------------------------------------ checkpoints
+def checkpoint_root(output_dir: str | Path) -> Path:
+    return Path(output_dir) / CHECKPOINT_DIR
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Path]:
+    """Complete checkpoints (with their state file), oldest first."""
+    root = checkpoint_root(output_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for d in root.iterdir():
+        m = _STEP_RE.match(d.name)
+        if m and (d / STATE_FILE).is_file():
+            found.append((int(m.group(1)), d))
+    return [d for _, d in sorted(found)]
+
+
+def find_resume_checkpoint(output_dir: str | Path, resume: str) -> Path | None:
+    """The checkpoint to continue from: ``auto`` = newest complete one (or None), ``never``, or a folder."""
+    if resume == "never":
+        return None
+    if resume == "auto":
+        found = list_checkpoints(output_dir)
+        return found[-1] if found else None
+    path = Path(resume)
+    if not (path / STATE_FILE).is_file():
+        raise DataError(f"checkpoint.resume: {path} is not a complete checkpoint (no {STATE_FILE})")
+    return path
+
+
+def save_hf_model(accelerator: Any, model: Any, processor: Any, out: Path, merge_lora: bool = True) -> None:
+    """Write model + processor in the Hugging Face layout (full weights; LoRA merged when asked)."""
+    unwrapped = accelerator.unwrap_model(model)
+    state = accelerator.get_state_dict(model)  # gathers ZeRO-3 / FSDP shards onto the main process
+    if accelerator.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        if hasattr(unwrapped, "peft_config"):
+            if merge_lora:
+                import copy
+
+                merged = copy.deepcopy(unwrapped).merge_and_unload()
+                merged.save_pretrained(out, safe_serialization=True)
+            else:
+                unwrapped.save_pretrained(out, state_dict=state, safe_serialization=True)
+        else:
+            unwrapped.save_pretrained(out, state_dict=state, safe_serialization=True)
+        processor.save_pretrained(out)
+
+
+def save_checkpoint(accelerator: Any, model: Any, processor: Any, output_dir: str | Path, step: int,
+                    state: dict[str, Any], keep_last: int) -> Path:
+    """Save a complete, resumable checkpoint atomically; prune all but the newest ``keep_last``."""
+    root = checkpoint_root(output_dir)
+    final = root / f"step-{step:06d}"
+    tmp = root / f".tmp-step-{step:06d}"
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(tmp / "state"), safe_serialization=True)
+    save_hf_model(accelerator, model, processor, tmp / "hf")
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        atomic_write_json(tmp / STATE_FILE, state)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        for old in list_checkpoints(output_dir)[:-keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def load_checkpoint(accelerator: Any, path: Path) -> dict[str, Any]:
+    """Restore model, optimizer, scheduler and RNG states from ``path``; return its trainer state."""
+    state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
+    accelerator.load_state(str(path / "state"))
+    return state
+
+
+# ------------------------------------------------------------------------------------------ logging
+class Tracker:
+    """Console + ``metrics.jsonl`` + optional TensorBoard/W&B; only the main process writes.
+
+    Keys are slash-separated (``train/loss``, ``eval/overall/success_rate``), as in CleanRL and TRL.
+    """
+
+    def __init__(self, accelerator: Any, output_dir: str | Path, cfg: LoggingConfig, run_config: Any):
+        self.active = accelerator.is_main_process
+        self.backends: list[str] = []
+        self._tb = self._wandb = None
+        self._jsonl: JsonlAppender | None = None
+        self._t0 = time.perf_counter()
+        if not self.active:
+            return
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self._jsonl = JsonlAppender(out / "metrics.jsonl")
+        config = config_to_dict(run_config)
+        if cfg.report_to in ("auto", "tensorboard"):
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(log_dir=str(out / "tensorboard"))
+                self._tb.add_text("config", "```\n" + json.dumps(config, indent=2) + "\n```")
+                self.backends.append("tensorboard")
+            except ImportError:
+                if cfg.report_to == "tensorboard":
+                    raise DataError("logging.report_to=tensorboard but tensorboard is not installed "
+                                    "(pip install tensorboard)") from None
+        if cfg.report_to == "wandb":
+            try:
+                import wandb
+            except ImportError:
+                raise DataError("logging.report_to=wandb but wandb is not installed (pip install wandb)") from None
+            self._wandb = wandb.init(project=cfg.wandb_project, config=config, dir=str(out))
+            self.backends.append("wandb")
+
+    def log(self, step: int, metrics: dict[str, float], console: bool = True) -> None:
+        if not self.active:
+            return
+        record = {"step": step, "time": round(time.perf_counter() - self._t0, 3), **metrics}
+        assert self._jsonl is not None
+        self._jsonl.write(record)
+        if self._tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, int | float):
+                    self._tb.add_scalar(k, v, step)
+        if self._wandb is not None:
+            self._wandb.log(metrics, step=step)
+        if console:
+            from rich.console import Console
+
+            shown = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
+            Console().print(f"[bold]step {step}[/bold]  {shown}")
+
+    def close(self) -> None:
+        if self._jsonl is not None:
+            self._jsonl.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_metrics(output_dir: str | Path) -> Iterator[dict[str, Any]]:
+    """The records of a run's ``metrics.jsonl``."""
+    from spatialrl.io import read_jsonl
+
+    return read_jsonl(Path(output_dir) / "metrics.jsonl")

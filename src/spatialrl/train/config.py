@@ -1,0 +1,365 @@
+"""Typed training configs: dataclasses + a YAML recipe + dotted command-line overrides.
+
+A recipe is a YAML file whose nested mappings mirror the dataclass fields; ``--a.b=value`` flags on the
+command line override single fields (values are read as YAML scalars, so ``--optim.lr=1e-5`` is a
+float and ``--model.lora.enabled=true`` a bool). Everything is validated against the field types
+before training starts: an unknown key, a wrong type or a value outside a ``Literal`` is an error that
+names the file (or flag) and the key, and suggests the closest valid key. Each field's help text is
+written once, in ``field(metadata={"help": ...})`` (TRL style), and ``spatialrl train sft --help-config``
+prints them.
+
+Shared blocks (model, optimiser, checkpointing, logging, closed-loop eval) live here so the RL
+trainers reuse them; each trainer defines its own top-level dataclass (``SFTConfig`` below).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from spatialrl.errors import SpatialRLError
+
+
+class ConfigError(SpatialRLError, ValueError):
+    """A recipe or override is invalid; the message names the file/flag and the key."""
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+# ----------------------------------------------------------------------------------------------- blocks
+@dataclass
+class LoraConfig:
+    enabled: bool = field(default=False, metadata=_help("Train LoRA adapters (peft) instead of all weights."))
+    r: int = field(default=16, metadata=_help("LoRA rank."))
+    alpha: int = field(default=32, metadata=_help("LoRA alpha (scale = alpha / r)."))
+    dropout: float = field(default=0.05, metadata=_help("Dropout on the LoRA branch."))
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        metadata=_help("Module name suffixes that get adapters (language model linear layers by default)."),
+    )
+    merge_on_save: bool = field(
+        default=True, metadata=_help("Also write a merged full model in the final folder (loadable without peft).")
+    )
+
+
+@dataclass
+class ModelConfig:
+    path: str = field(
+        default="preset:tiny",
+        metadata=_help("What to start from: 'preset:NAME' (fresh built-in model, e.g. preset:small), "
+                       "'builtin:NAME' (shipped weights) or a Hugging Face model folder."),
+    )
+    dtype: Literal["auto", "float32", "bfloat16"] = field(
+        default="auto", metadata=_help("Training precision: auto = bf16 mixed precision on GPU, float32 on CPU.")
+    )
+    freeze_vision: bool = field(
+        default=False, metadata=_help("Freeze the vision tower (TVRBench froze it for SFT and RL).")
+    )
+    gradient_checkpointing: bool = field(default=False, metadata=_help("Trade compute for activation memory."))
+    attn_implementation: str | None = field(
+        default=None, metadata=_help("e.g. sdpa, eager, flash_attention_2; None = transformers' default.")
+    )
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+
+@dataclass
+class OptimConfig:
+    lr: float = field(default=1e-5, metadata=_help("Peak learning rate (TVRBench VA-SFT: 1e-5)."))
+    weight_decay: float = field(default=0.0, metadata=_help("AdamW weight decay."))
+    beta1: float = field(default=0.9, metadata=_help("AdamW beta1."))
+    beta2: float = field(default=0.999, metadata=_help("AdamW beta2."))
+    eps: float = field(default=1e-8, metadata=_help("AdamW epsilon."))
+    schedule: Literal["cosine", "linear", "constant"] = field(
+        default="cosine", metadata=_help("LR after warmup: cosine (TVRBench) / linear decay / constant.")
+    )
+    warmup_ratio: float = field(default=0.1, metadata=_help("Fraction of total updates spent warming up (TVRBench: 0.1)."))
+    min_lr_ratio: float = field(default=0.0, metadata=_help("Floor of the decay as a fraction of lr."))
+    max_grad_norm: float = field(default=1.0, metadata=_help("Global gradient clipping; <= 0 disables it."))
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = field(default=0, metadata=_help("Save a checkpoint every N optimiser updates (0 = only at the end)."))
+    keep_last: int = field(default=2, metadata=_help("Checkpoints kept on disk (older ones are deleted)."))
+    resume: str = field(
+        default="auto",
+        metadata=_help("auto = continue from the newest checkpoint in output_dir if any; never; or a checkpoint folder."),
+    )
+
+
+@dataclass
+class LoggingConfig:
+    every: int = field(default=10, metadata=_help("Log train metrics every N optimiser updates."))
+    report_to: Literal["auto", "none", "tensorboard", "wandb"] = field(
+        default="auto", metadata=_help("auto = TensorBoard when installed; W&B only when asked for by name.")
+    )
+    wandb_project: str = field(default="spatialrl", metadata=_help("W&B project (report_to=wandb)."))
+
+
+@dataclass
+class ClosedLoopEvalConfig:
+    every: int = field(default=0, metadata=_help("Run closed-loop eval every N updates (0 = only at the end if task set)."))
+    task: str | None = field(default=None, metadata=_help("Task suite to evaluate on (tvr, virl, gp); None = no eval."))
+    data: str | None = field(default=None, metadata=_help("Task data (TVR bench folder, V-IRL dataset folder)."))
+    split: str | None = field(default=None, metadata=_help("Held-out split (task-specific)."))
+    options: dict[str, Any] = field(default_factory=dict, metadata=_help("Extra task options, as `spatialrl eval --set`."))
+    episodes: int = field(default=16, metadata=_help("Episodes per evaluation (the first N of the split)."))
+    batch_size: int = field(default=16, metadata=_help("Episodes stepped together per generate call."))
+    max_new_tokens: int = field(default=64, metadata=_help("Generation budget per turn."))
+
+
+# ------------------------------------------------------------------------------------------------- SFT
+@dataclass
+class SFTDataConfig:
+    train: str = field(default="", metadata=_help("Dataset folder written by `spatialrl data sft` (required)."))
+    eval: str | None = field(default=None, metadata=_help("Held-out dataset folder: loss/token accuracy on it."))
+    max_length: int = field(default=8192, metadata=_help("Longest tokenised sample allowed; longer is an error."))
+    eval_samples: int = field(default=256, metadata=_help("Held-out samples scored per evaluation (first N)."))
+    num_workers: int = field(default=0, metadata=_help("DataLoader worker processes (image decoding + processor)."))
+
+
+@dataclass
+class SFTConfig:
+    output_dir: str = field(default="runs/sft", metadata=_help("Checkpoints, logs, final model."))
+    seed: int = field(default=0, metadata=_help("Seeds model init, data order and dropout."))
+    epochs: float = field(default=5.0, metadata=_help("Passes over the data (both papers: 5)."))
+    max_steps: int = field(default=0, metadata=_help("Stop after N optimiser updates (0 = from epochs)."))
+    per_device_batch_size: int = field(default=4, metadata=_help("Samples per forward pass per process."))
+    grad_accum: int = field(default=1, metadata=_help("Forward passes accumulated per optimiser update."))
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    eval: ClosedLoopEvalConfig = field(default_factory=ClosedLoopEvalConfig)
+    eval_loss_every: int = field(default=0, metadata=_help("Score data.eval every N updates (0 = only at the end)."))
+    check_sync_every: int = field(
+        default=0, metadata=_help("Every N updates (and at the end) compare a digest of each process's parameters "
+                                  "and fail on a mismatch (multi-process debugging; 0 = off; not for FSDP).")
+    )
+    time_limit_minutes: float = field(
+        default=0.0, metadata=_help("Stop cleanly with a checkpoint after this long (0 = no limit); rerun to resume.")
+    )
+
+    def __post_init__(self) -> None:
+        if not self.data.train:
+            raise ConfigError("data.train: required (a folder written by `spatialrl data sft`)")
+        for name in ("per_device_batch_size", "grad_accum"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.epochs <= 0 and self.max_steps <= 0:
+            raise ConfigError("set epochs > 0 or max_steps > 0 (both are 0: nothing to train)")
+        if not 0.0 <= self.optim.warmup_ratio < 1.0:
+            raise ConfigError(f"optim.warmup_ratio: must be in [0, 1), got {self.optim.warmup_ratio}")
+        if self.checkpoint.keep_last < 1:
+            raise ConfigError(f"checkpoint.keep_last: must be >= 1, got {self.checkpoint.keep_last}")
+
+
+# ------------------------------------------------------------------------------------------ machinery
+def parse_overrides(args: list[str]) -> dict[str, Any]:
+    """``["--optim.lr=1e-5", "--model.lora.enabled", "true"]`` → ``{"optim.lr": 1e-5, "model.lora.enabled": True}``.
+
+    Accepts ``--key=value`` and ``--key value``; values are YAML scalars (``null`` for None).
+    """
+    import yaml
+
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or len(arg) < 3:
+            raise ConfigError(f"override {arg!r}: expected --key=value (e.g. --optim.lr=1e-5)")
+        if "=" in arg:
+            key, raw = arg[2:].split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(args) or args[i + 1].startswith("--"):
+                raise ConfigError(f"override {arg!r}: missing value (use --key=value)")
+            key, raw = arg[2:], args[i + 1]
+            i += 2
+        try:
+            out[key] = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override --{key}: cannot read value {raw!r}: {e}") from e
+    return out
+
+
+def _dataclass_fields(cls: type) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def _resolved_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
+    """Check ``value`` against the annotation ``tp`` (ints are accepted for floats); return it converted."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+
+    def fail(expected: str) -> ConfigError:
+        return ConfigError(f"{source}{key}: expected {expected}, got {value!r}")
+
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key, source)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0]) if len(errors) == 1 else fail(str(tp).replace("typing.", ""))
+    if origin is Literal:
+        if value not in args:
+            raise fail("one of " + ", ".join(map(repr, args)))
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise fail("a list")
+        return [_coerce(v, args[0], f"{key}[{i}]", source) for i, v in enumerate(value)] if args else value
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise fail("a mapping")
+        return dict(value)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise fail(f"a mapping of {tp.__name__} fields")
+        return _build(tp, value, source, key)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise fail("true/false")
+        return value
+    if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads `1e-5` (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                raise fail("a number") from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise fail("a number")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise fail("an integer")
+        return value
+    if tp is str:
+        if isinstance(value, bool) or value is None or isinstance(value, list | dict):
+            raise fail("a string")
+        return str(value)  # YAML reads `path: 123` as an int; a string field takes it as text
+    raise ConfigError(f"{source}{key}: unsupported field type {tp}")
+
+
+def _build(cls: type, data: dict[str, Any], source: str, keypath: str = "") -> Any:
+    """Instantiate dataclass ``cls`` from ``data``; ``source`` prefixes errors (``"file.yaml: "``)."""
+    fields = _dataclass_fields(cls)
+    hints = _resolved_hints(cls)
+    prefix = f"{keypath}." if keypath else ""
+    kwargs = {}
+    for key, value in data.items():
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+            raise ConfigError(
+                f"{source}{prefix}{key}: unknown key{hint}; valid keys here: {', '.join(sorted(fields))}"
+            )
+        kwargs[key] = _coerce(value, hints[key], f"{prefix}{key}", source)
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        if str(e).startswith(source):
+            raise
+        raise ConfigError(f"{source}{prefix}{e}") from None
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for p in parts[:-1]:
+        child = node.get(p)
+        if child is None:
+            child = node[p] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"--{dotted}: {p!r} is a value, not a group")
+        node = child
+    node[parts[-1]] = value
+
+
+def load_config(cls: type, path: str | Path | None, overrides: list[str] | dict[str, Any] | None = None) -> Any:
+    """Build ``cls`` from a YAML recipe plus overrides (flag list or ``{"a.b": value}``), validated."""
+    import yaml
+
+    tree: dict[str, Any] = {}
+    source = "config: "
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"{path}: config file not found")
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from e
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of config keys")
+        tree = loaded or {}
+        source = f"{path}: "
+    if isinstance(overrides, list):
+        overrides = parse_overrides(overrides)
+    for dotted, value in (overrides or {}).items():
+        _check_key_path(cls, dotted)
+        _set_dotted(tree, dotted, value)
+    return _build(cls, tree, source)
+
+
+def _check_key_path(cls: type, dotted: str) -> None:
+    """Reject an override naming a key that does not exist, before it is merged into the tree."""
+    node: Any = cls
+    for i, part in enumerate(dotted.split(".")):
+        if not (isinstance(node, type) and dataclasses.is_dataclass(node)):
+            raise ConfigError(f"--{dotted}: {'.'.join(dotted.split('.')[:i])} has no sub-keys")
+        fields = _dataclass_fields(node)
+        if part not in fields:
+            close = difflib.get_close_matches(part, list(fields), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"--{dotted}: unknown key {part!r}{hint}; valid: {', '.join(sorted(fields))}")
+        node = _resolved_hints(node)[part]
+        if typing.get_origin(node) in (typing.Union, types.UnionType):
+            inner = [a for a in typing.get_args(node) if a is not type(None)]
+            node = inner[0] if len(inner) == 1 else node
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain nested dict of a config (saved beside every checkpoint and run)."""
+    return dataclasses.asdict(cfg)
+
+
+def config_help(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """``(dotted key, type, default, help)`` for every leaf field, in declaration order."""
+    rows = []
+    hints = _resolved_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(tp):
+            rows.extend(config_help(tp, key + "."))
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = "(required)"
+        type_name = getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+        rows.append((key, type_name, repr(default), f.metadata.get("help", "")))
+    return rows

@@ -1,0 +1,361 @@
+"""Expert SFT datasets: expert episodes rendered through the eval prompt code, written to disk.
+
+How a dataset is made (``spatialrl data sft``): the expert policy plays the task's episodes through the
+batched runner (:func:`spatialrl.rollout.runner.run_episodes`), and the runner's ``on_turn`` hook
+captures each turn's conversation — built by the task's own Prompter, the very code eval and RL use,
+so prompts are byte-identical — together with the expert's answer. There is no second prompt path.
+
+Two sample shapes, chosen per episode:
+
+* **step** — one sample per turn: the conversation sent, plus the answer as the assistant turn
+  (V-IRL single-turn pairs, TVR action-only memory, GeneralPoints);
+* **episode** — one sample per trajectory: the last conversation plus its answer, where every
+  assistant turn is supervised (TVR visual-action memory).
+
+``samples="auto"`` picks *episode* when every turn's conversation extends the previous one with the
+previous answer (a growing multi-turn chat), else *step* — decided from the conversations themselves,
+never from the task's name.
+
+On disk (``format: spatialrl-sft/1``)::
+
+    DIR/meta.json       what was built and how (task, options, seed, counts, command)
+    DIR/samples.jsonl   {"id", "episode_id", "category", "turns", "messages"} per line; image parts
+                        are {"type": "image", "image": "images/<sha256>.png"}
+    DIR/images/*.png    each distinct image once (content-addressed: a target view shared by every
+                        step of an episode is stored once)
+
+The folder is built under a temporary name and renamed when complete, so a killed build never leaves
+a dataset that looks finished. Same task data + options + seed → the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from spatialrl.agents.base import Conversation, Generation, SamplingParams
+from spatialrl.errors import DataError
+from spatialrl.io import atomic_write_bytes, atomic_write_json, read_jsonl, write_jsonl
+
+FORMAT = "spatialrl-sft/1"
+SampleMode = Literal["auto", "step", "episode"]
+# (options, info, expert response) -> the reasoning text put inside <think>...</think>.
+ThoughtFn = Callable[[dict[str, Any], dict[str, Any], str], str]
+
+
+def cot_response(thought: str, response: str) -> str:
+    """The CoT answer format shared by every task: ``<think>…</think>`` then the plain answer."""
+    thought = thought.replace("<think>", "").replace("</think>", "").strip()
+    return f"<think>{thought}</think>\n{response}"
+
+
+# ------------------------------------------------------------------------------------------ policies
+class CoTExpertPolicy:
+    """The expert, answering with reasoning first: ``<think>{thought}</think>\\n{expert answer}``.
+
+    The thought comes from ``thought_fn`` (a task template) or, when ``annotator`` is given, from any
+    Policy (e.g. an OpenAI-compatible API model) asked to explain the expert's answer; if the annotator
+    fails on a conversation, the template is used for that turn (counted in ``fallbacks``). The CoT
+    answers are what the env steps on and what the prompter remembers, so multi-turn samples carry
+    the reasoning in every assistant turn, as a CoT model's own history would.
+    """
+
+    name = "expert-cot"
+
+    def __init__(self, options: dict[str, Any], thought_fn: ThoughtFn, annotator: Any | None = None,
+                 annotator_tokens: int = 128):
+        self.options = options
+        self.thought_fn = thought_fn
+        self.annotator = annotator
+        self.annotator_tokens = annotator_tokens
+        self.fallbacks = 0
+
+    def generate(self, conversations: list[Conversation], sampling: SamplingParams,
+                 infos: list[dict[str, Any]] | None = None) -> list[Generation]:
+        if infos is None or len(infos) != len(conversations):
+            raise ValueError("the CoT expert needs the env info of every conversation (infos=...)")
+        answers = [info["expert_response"] for info in infos]
+        thoughts = [self.thought_fn(self.options, info, answer) for info, answer in zip(infos, answers, strict=True)]
+        if self.annotator is not None:
+            asks = [annotation_request(conv, answer) for conv, answer in zip(conversations, answers, strict=True)]
+            notes = self.annotator.generate(asks, SamplingParams(max_new_tokens=self.annotator_tokens, seed=sampling.seed))
+            for i, note in enumerate(notes):
+                text = (note.text or "").strip()
+                if note.error is None and text:
+                    thoughts[i] = text
+                else:
+                    self.fallbacks += 1
+        return [Generation(text=cot_response(t, a)) for t, a in zip(thoughts, answers, strict=True)]
+
+
+def annotation_request(conversation: Conversation, answer: str) -> Conversation:
+    """Ask an annotator model for the reasoning behind a known-correct answer (images included)."""
+    ask = ("The correct answer to the last message is:\n" + answer + "\n\nWrite the short reasoning (one to three "
+           "sentences, first person) that leads to this answer, comparing what you see with what the task asks. "
+           "Reply with the reasoning only, without repeating the answer.")
+    return [*conversation, {"role": "user", "content": [{"type": "text", "text": ask}]}]
+
+
+# ------------------------------------------------------------------------------------------ building
+@dataclass
+class _Episode:
+    spec: Any
+    turns: list[tuple[list[dict[str, Any]], str]] = field(default_factory=list)  # (stored conversation, answer)
+
+
+class _ImageStore:
+    """Content-addressed PNG store: each distinct image is encoded and written once."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        (root / "images").mkdir(parents=True, exist_ok=True)
+        self.known: set[str] = set()
+        # id(array) -> (array, path) for recently seen arrays: a multi-turn chat re-sends the same arrays
+        # every turn, so this skips re-hashing them. Bounded, so old frames can be freed.
+        self._recent: OrderedDict[int, tuple[Any, str]] = OrderedDict()
+
+    def put(self, image: Any) -> str:
+        cached = self._recent.get(id(image))
+        if cached is not None and cached[0] is image:
+            self._recent.move_to_end(id(image))
+            return cached[1]
+        arr = np.ascontiguousarray(np.asarray(image))
+        if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
+            raise DataError(f"image part: expected uint8 HxWx3, got dtype {arr.dtype} shape {arr.shape}")
+        digest = hashlib.sha256(np.asarray(arr.shape, np.int64).tobytes() + arr.tobytes()).hexdigest()[:32]
+        rel = f"images/{digest}.png"
+        if digest not in self.known:
+            from PIL import Image
+
+            buf = io.BytesIO()
+            Image.fromarray(arr).save(buf, format="PNG", compress_level=1)
+            atomic_write_bytes(self.root / rel, buf.getvalue())
+            self.known.add(digest)
+        self._recent[id(image)] = (image, rel)
+        if len(self._recent) > 256:
+            self._recent.popitem(last=False)
+        return rel
+
+
+def _stored(conversation: Conversation, store: _ImageStore) -> list[dict[str, Any]]:
+    """A conversation with images replaced by their stored paths (JSON-able, cheap to compare)."""
+    out = []
+    for message in conversation:
+        content = message["content"]
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        stored = []
+        for part in parts:
+            if part.get("type") == "image":
+                stored.append({"type": "image", "image": store.put(part["image"])})
+            elif part.get("type") == "text":
+                stored.append({"type": "text", "text": part["text"]})
+            else:
+                raise DataError(f"conversation part of unknown type {part.get('type')!r}")
+        out.append({"role": message["role"], "content": stored})
+    return out
+
+
+def _assistant(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "text", "text": text}]}
+
+
+def is_growing_chat(turns: list[tuple[list[dict[str, Any]], str]]) -> bool:
+    """True when each turn's conversation starts with the previous conversation plus its answer."""
+    for (prev, answer), (conv, _) in zip(turns, turns[1:], strict=False):
+        head = [*prev, _assistant(answer)]
+        if conv[: len(head)] != head:
+            return False
+    return True
+
+
+def episode_samples(episode: _Episode, mode: SampleMode) -> list[dict[str, Any]]:
+    """The samples of one finished expert episode (see the module docstring for the two shapes)."""
+    spec = episode.spec
+    turns = episode.turns
+    if not turns:
+        return []
+    growing = is_growing_chat(turns)
+    if mode == "episode" and not growing:
+        raise DataError(f"episode {spec.episode_id}: samples='episode' needs a growing multi-turn chat, but this "
+                        "task's prompter restarts the conversation (use samples='step')")
+    base = {"episode_id": spec.episode_id, "category": spec.category}
+    if mode == "episode" or (mode == "auto" and growing and len(turns) > 1):
+        conv, answer = turns[-1]
+        return [{"id": spec.episode_id, **base, "turns": list(range(len(turns))),
+                 "messages": [*conv, _assistant(answer)]}]
+    return [{"id": f"{spec.episode_id}/t{t:03d}", **base, "turns": [t], "messages": [*conv, _assistant(answer)]}
+            for t, (conv, answer) in enumerate(turns)]
+
+
+def select_episodes(all_episodes: list[Any], n: int | None, seed: int) -> list[Any]:
+    """The first ``n`` of a seeded shuffle of the suite's episodes (all of them when ``n`` is None)."""
+    if n is None or n >= len(all_episodes):
+        if n is not None and n > len(all_episodes):
+            raise DataError(f"--episodes {n}: the task offers only {len(all_episodes)} episodes with these options")
+        return list(all_episodes)
+    order = np.random.default_rng(seed).permutation(len(all_episodes))[:n]
+    return [all_episodes[i] for i in sorted(order.tolist())]
+
+
+def build_sft_dataset(
+    suite: Any,
+    options: dict[str, Any],
+    out: str | Path,
+    episodes: int | None = None,
+    seed: int = 0,
+    samples: SampleMode = "auto",
+    thought_fn: ThoughtFn | None = None,
+    annotator: Any | None = None,
+    batch_size: int = 16,
+    only_success: bool = True,
+    overwrite: bool = False,
+    progress: bool = True,
+    command: str | None = None,
+) -> dict[str, Any]:
+    """Run the (CoT) expert on ``suite`` and write an SFT dataset folder; returns its ``meta.json``.
+
+    ``thought_fn`` switches on CoT answers (``<think>…</think>`` + answer). ``only_success`` drops
+    episodes the expert did not finish successfully (there should be none; they are counted).
+    """
+    from spatialrl.agents.expert import ExpertPolicy
+    from spatialrl.rollout.runner import run_episodes
+
+    if samples not in ("auto", "step", "episode"):
+        raise ValueError(f"samples must be auto, step or episode, got {samples!r}")
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise DataError(f"{out}: folder exists and is not empty (pass --overwrite to replace it)")
+    chosen = select_episodes(suite.episodes(options), episodes, seed)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        store = _ImageStore(tmp)
+        live: dict[str, _Episode] = {spec.episode_id: _Episode(spec) for spec in chosen}
+        results: dict[str, list[dict[str, Any]]] = {}
+        dropped: list[str] = []
+
+        def on_turn(spec: Any, conversation: Conversation, generation: Generation, step: tuple) -> None:
+            episode = live[spec.episode_id]
+            episode.turns.append((_stored(conversation, store), generation.text))
+            _, _, terminated, truncated, info = step
+            if terminated or truncated:
+                success = bool(info.get("episode", {}).get("success", False))
+                if only_success and not success:
+                    dropped.append(spec.episode_id)
+                else:
+                    results[spec.episode_id] = episode_samples(episode, samples)
+                del live[spec.episode_id]
+
+        policy = ExpertPolicy() if thought_fn is None else CoTExpertPolicy(options, thought_fn, annotator)
+        run_episodes(suite, options, policy, chosen, batch_size=batch_size,
+                     sampling=SamplingParams(seed=seed), out_dir=None, progress=progress, on_turn=on_turn)
+        if live:
+            raise DataError(f"{len(live)} expert episodes did not finish (e.g. {next(iter(live))})")
+        rows = [s for spec in chosen for s in results.get(spec.episode_id, [])]
+        if not rows:
+            raise DataError("the expert produced no samples (every episode failed or none was selected)")
+        write_jsonl(tmp / "samples.jsonl", rows)
+        categories: dict[str, int] = {}
+        for row in rows:
+            categories[row["category"]] = categories.get(row["category"], 0) + 1
+        meta = {
+            "format": FORMAT,
+            "task": suite.name,
+            "options": _jsonable(options),
+            "seed": seed,
+            "samples_mode": samples,
+            "cot": thought_fn is not None,
+            "annotator": getattr(annotator, "name", None),
+            "annotator_fallbacks": getattr(policy, "fallbacks", 0),
+            "episodes": len(chosen) - len(dropped),
+            "episodes_dropped": dropped,
+            "samples": len(rows),
+            "assistant_turns": sum(len(r["turns"]) for r in rows),
+            "images": len(store.known),
+            "categories": categories,
+            "command": command,
+        }
+        atomic_write_json(tmp / "meta.json", meta)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return meta
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return value
+
+
+# ------------------------------------------------------------------------------------------- reading
+class SFTDataset:
+    """A dataset folder as a map-style dataset (works with ``torch.utils.data.DataLoader``).
+
+    ``dataset[i]`` is ``{"id", "episode_id", "category", "turns", "messages"}`` with image parts loaded
+    back to uint8 HxWx3 arrays (PNG is lossless: the arrays equal what the env rendered).
+    """
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        meta_path = self.root / "meta.json"
+        if not meta_path.is_file():
+            raise DataError(f"{self.root}: not an SFT dataset (no meta.json); build one with `spatialrl data sft`")
+        try:
+            self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise DataError(f"{meta_path}: malformed JSON: {e}") from e
+        if self.meta.get("format") != FORMAT:
+            raise DataError(f"{meta_path}: field 'format' is {self.meta.get('format')!r}, expected {FORMAT!r}")
+        path = self.root / "samples.jsonl"
+        if not path.is_file():
+            raise DataError(f"{path}: missing")
+        self.rows = list(read_jsonl(path))
+        for i, row in enumerate(self.rows):
+            for key in ("id", "messages"):
+                if key not in row:
+                    raise DataError(f"{path}:{i + 1}: field {key!r} is missing")
+            for message in row["messages"]:
+                for part in message.get("content", []):
+                    if part.get("type") == "image" and not (self.root / part["image"]).is_file():
+                        raise DataError(f"{path}:{i + 1}: image {part['image']!r} not found in {self.root}")
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        from PIL import Image
+
+        row = self.rows[index]
+        messages = []
+        for message in row["messages"]:
+            content = []
+            for part in message["content"]:
+                if part["type"] == "image":
+                    with Image.open(self.root / part["image"]) as im:
+                        content.append({"type": "image", "image": np.asarray(im.convert("RGB"))})
+                else:
+                    content.append(dict(part))
+            messages.append({"role": message["role"], "content": content})
+        return {**{k: v for k, v in row.items() if k != "messages"}, "messages": messages}

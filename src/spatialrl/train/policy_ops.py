@@ -1,0 +1,158 @@
+"""Model operations PPO and GRPO share: batched sampling from token segments, teacher-forced scoring.
+
+Sampling continues each :class:`~spatialrl.rollout.trajectory.Segment` from its own token ids (left
+padded into one ``generate`` call), so the trainer later scores exactly the stream the policy read.
+Token choice reuses ``HFPolicy``'s logits processor (``agents/hf.py``): temperature/top-p sampling from
+a seeded ``torch.Generator`` (saved in checkpoints, so a resumed run samples the same tokens), image
+placeholder tokens banned, and the log-prob of each chosen token recorded from the unrestricted
+``logits / temperature`` — the quantity :func:`score_tokens` recomputes with gradients.
+
+Scoring runs one forward pass over right-padded segments and returns, per token, ``log π(token | prefix)``
+(logits divided by the sampling temperature), optionally the entropy, and the final hidden state at
+chosen positions (the value head's input). Logits are kept only from the first scored position on
+(``logits_to_keep``), so a long multimodal prompt never materialises vocabulary-sized logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from spatialrl.agents.base import SamplingParams
+from spatialrl.rollout.trajectory import Segment, TurnTokenizer
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """End-of-turn ids: the model's generation config, else the tokenizer's eos."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    return sorted(set(eos if isinstance(eos, list) else [eos]))
+
+
+def banned_token_ids(model: Any, eos_ids: list[int]) -> list[int]:
+    """Image/video placeholder ids: one sampled into an answer breaks the next prompt's image count."""
+    cfg = model.config
+    ids = {getattr(cfg, k, None) for k in ("image_token_id", "video_token_id", "image_token_index")}
+    return sorted(t for t in ids if isinstance(t, int) and t not in eos_ids)
+
+
+@torch.no_grad()
+def sample_segments(
+    model: Any,
+    turns: TurnTokenizer,
+    segments: list[Segment],
+    sampling: SamplingParams,
+    generator: torch.Generator | None,
+    max_batch_size: int | None = None,
+) -> list[tuple[list[int], list[float]]]:
+    """Continue every segment with one sampled answer: ``[(token_ids, logprobs)]`` cut after the eos."""
+    from transformers import GenerationConfig, LogitsProcessorList
+
+    from spatialrl.agents.hf import _Sampler  # the exact token-choice rule of the eval policy
+
+    if not segments:
+        return []
+    step = max_batch_size or len(segments)
+    device = next(model.parameters()).device
+    eos = eos_token_ids(model, turns.tokenizer)
+    out: list[tuple[list[int], list[float]]] = []
+    for lo in range(0, len(segments), step):
+        chunk = segments[lo : lo + step]
+        inputs = turns.collate([(s, len(s)) for s in chunk], padding_side="left", device=device)
+        sampler = _Sampler(sampling, generator, banned_token_ids(model, eos))
+        width = inputs["input_ids"].shape[1]
+        result = model.generate(
+            **inputs,
+            generation_config=GenerationConfig(
+                max_new_tokens=sampling.max_new_tokens, do_sample=False, num_beams=1, repetition_penalty=1.0,
+                use_cache=True, eos_token_id=eos, pad_token_id=turns.pad_id,
+            ),
+            logits_processor=LogitsProcessorList([sampler]),
+        )
+        sequences = result if isinstance(result, torch.Tensor) else result.sequences
+        new = sequences[:, width:].tolist()
+        logprobs = torch.stack(sampler.logprobs, dim=1).tolist() if sampler.logprobs else [[] for _ in new]
+        for row, lps in zip(new, logprobs, strict=True):
+            ids = row
+            for k, tok in enumerate(row):
+                if tok in eos:
+                    ids = row[: k + 1]
+                    break
+            out.append((ids, [float(x) for x in lps[: len(ids)]]))
+    return out
+
+
+@dataclass
+class Scores:
+    """Teacher-forced outputs for a ``(B, T)`` batch: ``logp[b, t]`` = log π(ids[b, t] | ids[b, :t])
+    for ``t >= start`` (0 before), ``entropy`` likewise (or None), ``hidden`` = final hidden states at
+    the requested positions ``(B, H)`` (or None)."""
+
+    logp: torch.Tensor
+    entropy: torch.Tensor | None
+    hidden: torch.Tensor | None
+
+
+def _output_layer(model: Any) -> torch.nn.Module:
+    inner = getattr(model, "module", model)  # DDP / DeepSpeed wrappers
+    head = inner.get_output_embeddings()
+    if head is None:
+        raise ValueError(f"{type(inner).__name__} has no output embeddings (lm_head) to read hidden states from")
+    return head
+
+
+def score_tokens(
+    model: Any,
+    inputs: dict[str, torch.Tensor],
+    start: int,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    hidden_positions: torch.Tensor | None = None,
+) -> Scores:
+    """One forward pass: per-token log-probs (and entropy) from position ``start`` on, and the final
+    hidden state at ``hidden_positions`` (``(B,)`` absolute positions, each ``>= start - 1``).
+
+    Log-probs use ``logits / temperature``: the distribution the tokens were sampled from (SFTvsRL
+    divides by its sampling temperature 0.2 as well). Gradients flow unless called under ``no_grad``.
+    """
+    ids = inputs["input_ids"]
+    batch, width = ids.shape
+    if not 1 <= start < width:
+        raise ValueError(f"start {start} outside a batch of width {width}")
+    keep = width - start + 1  # logits at positions start-1 .. width-1
+    captured: dict[str, torch.Tensor] = {}
+    handle = None
+    if hidden_positions is not None:
+        def hook(_module, args, _output):
+            captured["hidden"] = args[0]
+
+        handle = _output_layer(model).register_forward_hook(hook)
+    try:
+        logits = model(**inputs, logits_to_keep=keep, use_cache=False).logits
+    finally:
+        if handle is not None:
+            handle.remove()
+    logits = logits[:, -keep:-1]  # (B, width - start, V): row j predicts token start + j
+    targets = ids[:, start:]
+    logp = torch.zeros((batch, width), dtype=torch.float32, device=ids.device)
+    entropy = torch.zeros_like(logp) if with_entropy else None
+    rows_logp, rows_ent = [], []
+    for b in range(batch):  # per row: the fp32 log-softmax of one sequence at a time
+        lsm = torch.log_softmax(logits[b].float() / temperature, dim=-1)
+        rows_logp.append(lsm.gather(-1, targets[b][:, None]).squeeze(-1))
+        if with_entropy:
+            rows_ent.append(-(lsm.exp() * lsm).sum(-1))
+    logp = torch.cat([logp[:, :start], torch.stack(rows_logp)], dim=1)
+    if with_entropy:
+        entropy = torch.cat([entropy[:, :start], torch.stack(rows_ent)], dim=1)
+    hidden = None
+    if hidden_positions is not None:
+        h = captured["hidden"]  # (B, keep, H): positions start-1 .. width-1
+        rel = hidden_positions.to(h.device) - (start - 1)
+        if bool((rel < 0).any()) or bool((rel >= h.shape[1]).any()):
+            raise ValueError("hidden_positions must lie in [start - 1, width)")
+        hidden = h[torch.arange(batch, device=h.device), rel]
+    return Scores(logp=logp, entropy=entropy, hidden=hidden)
