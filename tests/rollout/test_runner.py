@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from conftest import SUITE
 from spatialrl.agents.base import Generation, SamplingParams
 from spatialrl.agents.expert import ExpertPolicy
 from spatialrl.agents.random import RandomPolicy
@@ -27,10 +26,10 @@ class CountingPolicy(ExpertPolicy):
         return super().generate(conversations, sampling, infos)
 
 
-def test_expert_solves_all_in_batches(tmp_path):
+def test_expert_solves_all_in_batches(tmp_path, count_suite):
     policy = CountingPolicy()
-    eps = SUITE.episodes({"n": 10})
-    res = run_episodes(SUITE, {}, policy, eps, batch_size=4, out_dir=tmp_path, progress=False)
+    eps = count_suite.episodes({"n": 10})
+    res = run_episodes(count_suite, {}, policy, eps, batch_size=4, out_dir=tmp_path, progress=False)
     assert [r["episode_id"] for r in res.episodes] == [e.episode_id for e in eps]
     assert all(r["success"] for r in res.episodes)
     assert max(policy.batches) == 4  # lock-step batches, slots refilled as episodes finish
@@ -40,15 +39,15 @@ def test_expert_solves_all_in_batches(tmp_path):
     assert res.env_steps == sum(i % 4 + 1 for i in range(10))
 
 
-def test_resume_after_kill_has_no_duplicates(tmp_path):
-    eps = SUITE.episodes({"n": 8})
-    run_episodes(SUITE, {}, ExpertPolicy(), eps[:3], batch_size=2, out_dir=tmp_path, progress=False)
+def test_resume_after_kill_has_no_duplicates(tmp_path, count_suite):
+    eps = count_suite.episodes({"n": 8})
+    run_episodes(count_suite, {}, ExpertPolicy(), eps[:3], batch_size=2, out_dir=tmp_path, progress=False)
     # Simulate a crash: steps of an unfinished episode and a torn last line are on disk.
     with open(tmp_path / "steps.jsonl", "a") as f:
         f.write(json.dumps({"episode_id": "ep5", "t": 0}) + "\n")
     with open(tmp_path / "episodes.jsonl", "a") as f:
         f.write('{"episode_id": "ep7", "succ')
-    res = run_episodes(SUITE, {}, ExpertPolicy(), eps, batch_size=3, out_dir=tmp_path, progress=False)
+    res = run_episodes(count_suite, {}, ExpertPolicy(), eps, batch_size=3, out_dir=tmp_path, progress=False)
     assert res.new_episodes == 5
     ids = [r["episode_id"] for r in read_jsonl(tmp_path / "episodes.jsonl")]
     assert sorted(ids) == sorted(e.episode_id for e in eps)
@@ -65,9 +64,9 @@ class FlakyPolicy:
                 and len(c) > 1 else Generation(text=i["expert_response"]) for c, i in zip(conversations, infos)]
 
 
-def test_policy_error_is_recorded_and_run_continues(tmp_path):
-    eps = SUITE.episodes({"n": 6})
-    res = run_episodes(SUITE, {}, FlakyPolicy(), eps, batch_size=6, out_dir=tmp_path, progress=False)
+def test_policy_error_is_recorded_and_run_continues(tmp_path, count_suite):
+    eps = count_suite.episodes({"n": 6})
+    res = run_episodes(count_suite, {}, FlakyPolicy(), eps, batch_size=6, out_dir=tmp_path, progress=False)
     by_id = {r["episode_id"]: r for r in res.episodes}
     # targets 2 and 3 reach n=2 -> error; targets 0 and 1 finish
     assert by_id["ep2"]["error"] and not by_id["ep2"]["success"]
@@ -75,15 +74,15 @@ def test_policy_error_is_recorded_and_run_continues(tmp_path):
     assert len(res.episodes) == 6
 
 
-def test_random_policy_is_seeded(tmp_path):
-    eps = SUITE.episodes({"n": 12})
-    a = run_episodes(SUITE, {}, RandomPolicy(3), eps, batch_size=5, progress=False)
-    b = run_episodes(SUITE, {}, RandomPolicy(3), eps, batch_size=5, progress=False)
+def test_random_policy_is_seeded(tmp_path, count_suite):
+    eps = count_suite.episodes({"n": 12})
+    a = run_episodes(count_suite, {}, RandomPolicy(3), eps, batch_size=5, progress=False)
+    b = run_episodes(count_suite, {}, RandomPolicy(3), eps, batch_size=5, progress=False)
     assert [r["n_steps"] for r in a.episodes] == [r["n_steps"] for r in b.episodes]
     assert 0 < sum(r["success"] for r in a.episodes) < 12
 
 
-def test_run_dir_refuses_a_different_run(tmp_path):
+def test_run_dir_refuses_a_different_run(tmp_path, count_suite):
     cfg = {"task": "count", "agent": "expert", "options": {}, "sampling": {}}
     open_run_dir(tmp_path / "r", cfg)
     open_run_dir(tmp_path / "r", cfg)  # same run: resume is fine
@@ -94,11 +93,11 @@ def test_run_dir_refuses_a_different_run(tmp_path):
 
 
 def test_report_lists_runs(tmp_path, count_suite):
-    eps = SUITE.episodes({"n": 4})
+    eps = count_suite.episodes({"n": 4})
     for agent, policy in (("expert", ExpertPolicy()), ("random", RandomPolicy(0))):
         d = tmp_path / agent
         open_run_dir(d, {"task": "count", "agent": agent, "options": {}, "sampling": {}, "label": agent})
-        run_episodes(SUITE, {}, policy, eps, batch_size=2, out_dir=d, sampling=SamplingParams(), progress=False)
+        run_episodes(count_suite, {}, policy, eps, batch_size=2, out_dir=d, sampling=SamplingParams(), progress=False)
     md, html = write_report([tmp_path / "expert", tmp_path / "random"], tmp_path / "rep")
     text = md.read_text()
     assert "| expert | 1.000 |" in text and "| random |" in text

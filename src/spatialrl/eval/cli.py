@@ -30,7 +30,7 @@ def eval_command(
     split: Annotated[str | None, typer.Option(help="Split to evaluate (task-specific; default: the task's).")] = None,
     out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<task>-<split>-<agent>).")] = None,
     batch_size: Annotated[int, typer.Option(help="Episodes stepped together per generate call.")] = 8,
-    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N episodes.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N episodes (of each split).")] = None,
     temperature: Annotated[float, typer.Option(help="0 = greedy (the papers' default).")] = 0.0,
     top_p: Annotated[float, typer.Option()] = 1.0,
     max_new_tokens: Annotated[int, typer.Option()] = 256,
@@ -65,9 +65,7 @@ def eval_command(
             options["limit"] = limit
         options.update(parse_sets(set_))
         sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
-        episodes = suite.episodes(options)
-        if limit is not None:
-            episodes = episodes[:limit]
+        episodes = suite.episodes(options)  # the suite applies `limit` (per split where it has several)
         if out is None:
             safe_agent = agent.replace(":", "-").replace("/", "_").replace("@", "_")
             out = Path("runs") / f"{task}-{options.get('split', 'default')}-{safe_agent}"

@@ -33,7 +33,7 @@ class GeneralPointsEnv(gym.Env):
     **Action space.** ``Text``: the model's raw answer (cut to 16,384 characters before parsing).
 
     **Observation space.** ``mode="vl"``: the table image, uint8 (resolution, resolution, 3), the same
-    array for every step of an episode. ``mode="l"``: the plain card names as text,
+    picture (a fresh copy) at every step of an episode. ``mode="l"``: the plain card names as text,
     e.g. ``"['A', '3', 'K', '6']"`` (the prompt shows them).
 
     **Rewards.** CORRECT_SOLUTION +5, PARTIAL_SOLUTION +1, NO_SOLUTION −1, INCORRECT_VISION −1.5
@@ -157,13 +157,14 @@ class GeneralPointsEnv(gym.Env):
             return None
         if self._image is None:
             self._image = render_table(self.hand.cards, self.resolution)
-        return self._image
+        return self._image.copy()
 
     # ------------------------------------------------------------------------------- internals
     def _observation(self) -> Any:
         assert self.hand is not None
         if self.mode == "vl":
-            return self._image
+            assert self._image is not None
+            return self._image.copy()  # gymnasium: callers keep what they get, so never share it
         return repr(self.hand.plain_cards)
 
     def expert_response(self) -> str:

@@ -1,14 +1,16 @@
 """Safe arithmetic on model-written formulas: tokenize, check, and evaluate exactly — never ``eval``.
 
 The reference verifier (``utils_rl.step_rewards``) runs Python ``eval`` on the model's text after a
-regex check. We keep its token grammar (``\\d+`` and ``+ - * / ( )``, nothing else, no spaces) but
+regex check. We keep its token grammar (digit runs and ``+ - * / ( )``, nothing else, no spaces; only
+ASCII digits, where the reference's ``\\d`` also takes e.g. Arabic-Indic ones) but
 evaluate with our own shunting-yard parser over :class:`fractions.Fraction`, so
 
 * no model text ever reaches ``eval``/``exec``/``compile``;
 * arithmetic is exact: ``8/(3-8/3)`` is 24 (Python floats give 23.999999999999996, which the
   reference scores as wrong — a float artefact, not the game's rule);
 * hostile input is bounded: formula length, bracket nesting, literal size and the size of every
-  intermediate value are capped, and the parser is iterative (no recursion to exhaust).
+  intermediate value are capped, and the parser is iterative (no recursion to exhaust). Bracket depth
+  stops where CPython's parser does (200), so deep but legal nesting scores as in the reference.
 
 Python semantics are kept where they decide an outcome: ``*``/``/`` bind tighter than ``+``/``-``,
 all four are left-associative, a literal with a leading zero (``08``) is a syntax error, and division
@@ -21,12 +23,15 @@ import re
 from collections.abc import Sequence
 from fractions import Fraction
 
-TOKEN_RE = re.compile(r"\d+|[+\-*/()]")
+TOKEN_RE = re.compile(r"[0-9]+|[+\-*/()]")  # ASCII digits only (\d would take "٣")
 OPERATORS = "+-*/"
 PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
 
-MAX_FORMULA_CHARS = 256  # a four-card formula needs < 40; longer text is not a formula
-MAX_NESTING = 32  # Python's own parser gives up near 200 nested brackets; we stop earlier
+# A four-card formula needs < 40 characters. The caps are set so that every formula the reference's
+# ``eval`` could score (four numbers, so at most three operators; brackets up to Python's parser limit)
+# gets the same outcome here, while longer text is refused before any parsing work.
+MAX_FORMULA_CHARS = 1024
+MAX_NESTING = 200  # CPython's tokenizer: "too many nested parentheses" beyond 200 levels
 MAX_LITERAL_DIGITS = 12
 MAX_VALUE_BITS = 1024  # numerator/denominator bit length of any intermediate value
 
@@ -58,7 +63,7 @@ def tokenize(formula: str) -> list[str]:
 
 
 def _kind(token: str | int) -> str:
-    if isinstance(token, int) or token.isdigit():
+    if isinstance(token, int) or (token.isascii() and token.isdigit()):
         return "number"
     if token in OPERATORS:
         return "operator"
@@ -209,4 +214,4 @@ def evaluate(formula: str) -> Fraction:
 
 def numbers_in(formula: str) -> list[int]:
     """Every number literal in ``formula``, in order (the reference's ``re.findall(r'\\d+')``)."""
-    return [int(n) for n in re.findall(r"\d+", formula[: MAX_FORMULA_CHARS + 1])]
+    return [int(n) for n in re.findall(r"[0-9]+", formula[: MAX_FORMULA_CHARS + 1])]

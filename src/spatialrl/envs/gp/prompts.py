@@ -66,9 +66,13 @@ Please only output the json.
 Q_EQN_VL_EG = Q_EQN_VL[:-1] + EXAMPLE_BLOCK
 Q_EQN_L_EG = Q_EQN_L[:-1] + EXAMPLE_BLOCK
 RETRY_PREFIX = "You failed this trial because "
+# Ours, not the reference's (it has no reasoning variant): appended when ``cot`` is on, to match the
+# ``<think>…</think>`` + answer format of CoT SFT data (train/data.py). The answer parser reads the
+# JSON fields after the think block.
+COT_INSTRUCTION = "First reason step by step inside <think>...</think>, then give your answer in the format above.\n"
 
 
-def task_prompt(info: dict[str, Any], mode: str, example: bool = False) -> str:
+def task_prompt(info: dict[str, Any], mode: str, example: bool = False, cot: bool = False) -> str:
     """The first user text of an episode, from the env's ``info`` (hand, rule, target)."""
     if mode == "vl":
         template = Q_EQN_VL_EG if example else Q_EQN_VL
@@ -76,11 +80,12 @@ def task_prompt(info: dict[str, Any], mode: str, example: bool = False) -> str:
         template = Q_EQN_L_EG if example else Q_EQN_L
     else:
         raise ValueError(f"gp prompt mode must be 'vl' or 'l', got {mode!r}")
-    return template.format(
+    text = template.format(
         target_number=str(info["target"]),
         face_card_msg=face_card_message(bool(info["face_cards_as_10"])),
         cards=repr(list(info["plain_cards"])),
     )
+    return text + COT_INSTRUCTION if cot else text
 
 
 def _text(role: str, text: str) -> Message:
@@ -90,14 +95,14 @@ def _text(role: str, text: str) -> Message:
 class GPPrompter:
     """One episode's chat: the task prompt, then (answer, "You failed this trial because ...") pairs."""
 
-    def __init__(self, mode: str = "vl", example: bool = False):
+    def __init__(self, mode: str = "vl", example: bool = False, cot: bool = False):
         if mode not in ("vl", "l"):
             raise ValueError(f"gp prompt mode must be 'vl' or 'l', got {mode!r}")
-        self.mode, self.example = mode, bool(example)
+        self.mode, self.example, self.cot = mode, bool(example), bool(cot)
         self._messages: Conversation = []
 
     def reset(self, obs: Any, info: dict[str, Any]) -> None:
-        text = task_prompt(info, self.mode, self.example)
+        text = task_prompt(info, self.mode, self.example, self.cot)
         if self.mode == "vl":
             content = [{"type": "image", "image": obs}, {"type": "text", "text": text}]
             self._messages = [{"role": "user", "content": content}]
@@ -123,7 +128,7 @@ def tokenizer_corpus() -> list[str]:
         for face10 in (True, False):
             for example in (False, True):
                 info = {"target": 24, "face_cards_as_10": face10, "plain_cards": ["A", "3", "K", "6"]}
-                texts.append(task_prompt(info, mode, example))
+                texts.append(task_prompt(info, mode, example, cot=example))
     env = GeneralPointsEnv(mode="l", split="in-dist")
     seen: set[str] = set()
     for k in range(48):
@@ -131,6 +136,10 @@ def tokenizer_corpus() -> list[str]:
         _, info = env.reset(seed=k, options={"split": split})
         texts.append(task_prompt(info, "l"))
         texts.append(info["expert_response"])
+        if k % 4 == 0:  # the shape of a CoT answer
+            texts.append(f"<think>The cards are {', '.join(info['plain_cards'])}. Their values are "
+                         f"{', '.join(map(str, info['numbers']))}; I must reach 24 using each once.</think>\n"
+                         + info["expert_response"])
         for candidate in info["candidate_responses"][:5]:
             _, _, terminated, truncated, step_info = env.step(candidate)
             message = RETRY_PREFIX + str(step_info["verify_info"])

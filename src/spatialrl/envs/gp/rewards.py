@@ -5,7 +5,8 @@ order and its penalties *accumulate* within one answer (three sequence errors co
 
 1. VL only — the recognised cards, sorted, differ from the dealt cards: INCORRECT_VISION −1.5 and stop
    (message ``you recognized wrong cards``, without the final period, exactly as the reference).
-2. Characters outside ``\\d+ + - * / ( )`` (spaces included): ILLEGAL_FORMULA −3 and stop.
+2. Characters other than ASCII digits and ``+ - * / ( )`` (spaces included), or a formula over 1,024
+   characters: ILLEGAL_FORMULA −3 and stop.
 3. Each bad neighbour pair / unmatched ``)``: ILLEGAL_FORMULA −3.
 4. Numbers not on the cards or used too often: INCORRECT_NUMBER −2; cards left unused: another −2.
 5. No penalty so far: the exact value equals the target → CORRECT_SOLUTION +5 (ends the episode). If
@@ -27,7 +28,14 @@ from enum import StrEnum
 from fractions import Fraction
 
 from spatialrl.envs.gp.answer import Answer
-from spatialrl.envs.gp.equation import FormulaError, IllegalCharacters, evaluate, numbers_in, sequence_errors, tokenize
+from spatialrl.envs.gp.equation import (
+    FormulaError,
+    IllegalCharacters,
+    evaluate,
+    numbers_in,
+    sequence_errors,
+    tokenize,
+)
 
 
 class Outcome(StrEnum):
