@@ -86,7 +86,7 @@ def show_route(
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None
     console.print(f"[bold]route {route}[/bold] · start heading {rail.start_heading} · {len(rail)} rail points")
-    console.print(rail.global_instruction, markup=False, highlight=False)
+    typer.echo(rail.global_instruction, nl=False)  # unwrapped: the exact text the model gets
     table = Table("#", "kind", "heading", "gt action", "oracle observation", "instruction (idx)")
     for i, p in enumerate(rail.points):
         table.add_row(str(i), p.kind, f"{p.heading:g}", p.gt_action, p.oracle_observation,

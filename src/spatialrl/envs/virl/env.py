@@ -44,7 +44,7 @@ import numpy as np
 from gymnasium import spaces
 
 from spatialrl.envs.virl.data import VirlDataset
-from spatialrl.envs.virl.pixels import REFERENCE_GRID, GridRenderer, grid_layout, shared_cache
+from spatialrl.envs.virl.pixels import REFERENCE_GRID, GridCache, GridRenderer, grid_layout, shared_cache
 from spatialrl.envs.virl.prompts import action_list, expert_response, obs_act_sequence
 from spatialrl.envs.virl.rail import STOP, Rail, build_rail, parse_rail_mode
 from spatialrl.envs.virl.validate import load_dataset
@@ -73,6 +73,7 @@ class VirlEnv(gym.Env):
         rail_mode: str = "faithful",
         cache_mb: float = 1024,
         cache_dir: str | Path | None = None,
+        cache: GridCache | None = None,
         seed: int | None = None,
         render_mode: str | None = None,
     ):
@@ -92,7 +93,9 @@ class VirlEnv(gym.Env):
         self.grid_size = int(grid_size)
         self.fixes = parse_rail_mode(rail_mode)
         self.render_mode = render_mode
-        self._cache = shared_cache(cache_mb, cache_dir) if cache_mb > 0 or cache_dir else None
+        # Rendered grids are shared by every env of the process with the same settings (runner slots).
+        self._cache = cache if cache is not None else (
+            shared_cache(cache_mb, cache_dir) if cache_mb > 0 or cache_dir else None)
         self._py_random = random.Random(seed)
         self._set_dataset(data)
         if self.vision:

@@ -9,7 +9,8 @@ pitch 0, rotated about the vertical axis by the *effective* heading
 Grid: views at ``[h-135, h-45, h+45, h+135]`` (left-behind, left-front, right-front, right-behind) go
 to top-left, top-right, bottom-left, bottom-right; each view is resized (PIL bicubic) to a square tile
 and pasted on black with a gutter. At ``grid_size`` 2405 that is the reference's 1200 px tiles and 5 px
-gutters. The prompt's "[front, right / back, left]" does not describe this layout; the
+gutters; smaller grids (for small models) render their views at 2× the tile instead of 640 px
+(:func:`view_size`). The prompt's "[front, right / back, left]" does not describe this layout; the
 ``grid_order`` fix renders ``[h, h+90, h+180, h+270]`` instead, which does.
 
 The reference re-renders on every call (twice per correct step); :class:`GridCache` keeps rendered
@@ -141,12 +142,24 @@ def read_panorama(path: Path) -> np.ndarray:
     return img
 
 
+def view_size(grid_size: int) -> int:
+    """Pixels of each perspective view before it is resized to a tile.
+
+    640 (the reference) whenever the tile is at least 320 px, so 2405² grids are the reference's
+    pixels. Smaller grids render each view at twice the tile size and downsample (anti-aliased): the
+    same picture as shrinking a 640 view, up to ~100× cheaper for thumbnail-sized grids.
+    """
+    tile, _ = grid_layout(grid_size)
+    return min(VIEW_SIZE, 2 * tile)
+
+
 def render_grid(pano_bgr: np.ndarray, heading: float, rotation: float, grid_size: int = REFERENCE_GRID,
                 prompt_order: bool = False) -> np.ndarray:
     """The 2×2 grid (uint8 RGB, ``grid_size``²) seen at compass ``heading`` from one panorama."""
     views = []
+    px = view_size(grid_size)
     for h in view_headings(heading, prompt_order):
-        bgr = perspective(pano_bgr, FOV_DEG, effective_heading(h, rotation), VIEW_SIZE, VIEW_SIZE)
+        bgr = perspective(pano_bgr, FOV_DEG, effective_heading(h, rotation), px, px)
         views.append(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
     return compose_grid(views, grid_size)
 
@@ -247,7 +260,8 @@ class GridRenderer:
         st = path.stat() if path.exists() else None
         return (
             "virl-grid-v1", str(path.resolve()), st.st_size if st else None, st.st_mtime_ns if st else None,
-            self.dataset.rotation(pano_id), float(heading), self.grid_size, self.prompt_order, FOV_DEG, VIEW_SIZE,
+            self.dataset.rotation(pano_id), float(heading), self.grid_size, self.prompt_order, FOV_DEG,
+            view_size(self.grid_size),
         )
 
     def render(self, pano_id: str, heading: float) -> np.ndarray:

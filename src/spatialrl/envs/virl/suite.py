@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from spatialrl.envs.registry import EpisodeSpec, TaskSuite, register_suite
-from spatialrl.errors import SpatialRLError
+from spatialrl.errors import DataError, SpatialRLError
 
 SPLITS: dict[str, dict[str, Any]] = {
     "in-dist": {"absolute": True, "ordered": False, "n": 48},
@@ -43,6 +43,12 @@ def _check(options: dict[str, Any]) -> dict[str, Any]:
         raise SpatialRLError("virl: a dataset folder is required (--data DIR, e.g. .../VIRL_routes/nyc_1k_routes)")
     if opts["mode"] not in ("vl", "l"):
         raise SpatialRLError(f"virl: mode must be 'vl' or 'l', got {opts['mode']!r}")
+    from spatialrl.envs.virl.rail import parse_rail_mode
+
+    try:
+        parse_rail_mode(opts["rail_mode"])
+    except ValueError as e:
+        raise SpatialRLError(f"virl: {e}") from None
     return opts
 
 
@@ -71,6 +77,8 @@ def make_env(options: dict[str, Any]) -> Any:
             cache_mb=float(opts.get("cache_mb") or 1024),
             cache_dir=opts.get("cache_dir"),
         )
+    except DataError:
+        raise
     except ValueError as e:
         raise SpatialRLError(f"virl: {e}") from None
 

@@ -70,7 +70,7 @@ def golden_routes() -> list[ToyRoute]:
     c = _add(b, (45, 0))
     r1 = ToyRoute(
         path_m=((0, 0), a, b, c),
-        landmarks=(("Intersection Books", "left"), None, ("Hotel Lumen", "right front")),
+        landmarks=(("Pizza at the intersection", "left"), None, ("Hotel Lumen", "right front")),
         init_heading=350.5,
         shift_m=(300, 0),
     )

@@ -1,0 +1,46 @@
+"""`spatialrl virl ...` commands on small generated datasets."""
+
+from __future__ import annotations
+
+import shutil
+
+from typer.testing import CliRunner
+
+from spatialrl.envs.virl.cli import app
+from spatialrl.envs.virl.validate import check_dataset
+
+runner = CliRunner()
+
+
+def test_check_data_ok_and_problems(golden_data, tmp_path):
+    res = runner.invoke(app, ["check-data", str(golden_data)])
+    assert res.exit_code == 0, res.output
+    assert "4 routes" in res.output and "49 panoramas" in res.output
+    broken = shutil.copytree(golden_data, tmp_path / "broken")
+    for jpg in sorted((broken / "street_views").glob("*.jpg"))[:2]:
+        jpg.unlink()
+    res = runner.invoke(app, ["check-data", str(broken)])
+    assert res.exit_code == 1
+    assert "2 problem(s)" in res.output and res.output.count(".jpg is missing") == 2
+    assert runner.invoke(app, ["check-data", str(broken), "--language-only"]).exit_code == 0
+
+
+def test_show_route_prints_the_rail_and_draws_it(golden_data, tmp_path):
+    png = tmp_path / "route.png"
+    res = runner.invoke(app, ["show-route", str(golden_data), "--route", "1", "--relative", "--heading", "350.5",
+                              "--out", str(png), "--point", "3"])
+    assert res.exit_code == 0, res.output
+    assert "1. First, turn slightly left to face north.\n" in res.output
+    assert "3. Turn left to face north.\n" in res.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    fixed = runner.invoke(app, ["show-route", str(golden_data), "--route", "1", "--rail-mode", "fixed"])
+    assert "3. Turn slightly right to face north." in fixed.output
+    assert runner.invoke(app, ["show-route", str(golden_data), "--route", "9"]).exit_code == 2
+
+
+def test_make_toy_data_writes_a_valid_dataset(tmp_path):
+    out = tmp_path / "toy"
+    res = runner.invoke(app, ["make-toy-data", str(out), "--routes", "5", "--pano-width", "64"])
+    assert res.exit_code == 0, res.output
+    assert check_dataset(out) == []
+    assert runner.invoke(app, ["make-toy-data", str(out)]).exit_code == 2  # refuses to overwrite
