@@ -41,49 +41,33 @@ def eval_command(
     report: Annotated[bool, typer.Option(help="Write report.md/report.html into the run folder.")] = True,
 ) -> None:
     """Evaluate an agent on a task; resumable (re-running the same command skips finished episodes)."""
-    from dataclasses import asdict
-
     from rich.console import Console
 
     from spatialrl.agents.base import SamplingParams
-    from spatialrl.agents.loader import load_policy
-    from spatialrl.envs.registry import get_suite
+    from spatialrl.eval.evaluate import evaluate
     from spatialrl.eval.report import print_metrics, write_report
-    from spatialrl.eval.runs import open_run_dir
-    from spatialrl.io import atomic_write_json
-    from spatialrl.rollout.runner import run_episodes
 
     console = Console()
     try:
-        suite = get_suite(task)
-        options = dict(suite.default_options)
+        options: dict[str, Any] = {}
         if data is not None:
             options["data"] = data
         if split is not None:
             options["split"] = split
         if limit is not None:
-            options["limit"] = limit
+            options["limit"] = limit  # the suite applies it (per split where it has several)
         options.update(parse_sets(set_))
-        sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
-        episodes = suite.episodes(options)  # the suite applies `limit` (per split where it has several)
         if out is None:
             safe_agent = agent.replace(":", "-").replace("/", "_").replace("@", "_")
             out = Path("runs") / f"{task}-{options.get('split', 'default')}-{safe_agent}"
-        config = {"task": task, "agent": agent, "options": options, "sampling": asdict(sampling),
-                  "label": label or agent}
-        open_run_dir(out, config, overwrite=overwrite)
-        policy = load_policy(agent, seed=seed)
-        result = run_episodes(suite, options, policy, episodes, batch_size=batch_size, sampling=sampling,
-                              out_dir=out)
-        metrics = suite.summarize(result.episodes)
-        atomic_write_json(out / "metrics.json", metrics)
-        if suite.after_run is not None:
-            suite.after_run(out, options)
+        sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
+        result, metrics = evaluate(task, agent, options, out, batch_size=batch_size, sampling=sampling,
+                                   label=label, overwrite=overwrite, seed=seed)
         console.print(
             f"[green]{result.new_episodes} new episodes, {result.env_steps} env steps in {result.seconds:.1f}s "
             f"→ {out}[/green]"
         )
-        print_metrics(console, {config["label"]: metrics})
+        print_metrics(console, {label or agent: metrics})
         if report:
             md, html = write_report([out], out)
             console.print(f"report: {md} · {html}")

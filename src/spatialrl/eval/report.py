@@ -24,7 +24,8 @@ def _fmt(value: Any) -> str:
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, float):
-        return f"{value:.3f}"
+        # counts (episodes, steps) come back as floats from averaging code; show them as integers
+        return str(int(value)) if value.is_integer() and abs(value) >= 2 else f"{value:.3f}"
     return str(value)
 
 
@@ -42,18 +43,18 @@ def _metric_names(metrics: Metrics) -> list[str]:
     return names
 
 
-def print_metrics(console: Any, table: dict[str, Metrics], max_cols: int = 9) -> None:
-    """Print one rich table per run label: categories as rows, the first metrics as columns."""
+def print_metrics(console: Any, table: dict[str, Metrics], max_rows: int = 14) -> None:
+    """Print one rich table per run label: metrics as rows, categories (overall first) as columns."""
     from rich.table import Table
 
     for label, metrics in table.items():
-        names = _metric_names(metrics)[:max_cols]
-        t = Table(title=label, show_lines=False)
-        t.add_column("category")
-        for n in names:
-            t.add_column(n, justify="right")
-        for cat in _categories(metrics):
-            t.add_row(cat, *[_fmt(metrics[cat].get(n, "")) for n in names])
+        cats = _categories(metrics)
+        t = Table(title=label)
+        t.add_column("metric")
+        for c in cats:
+            t.add_column(c, justify="right")
+        for n in _metric_names(metrics)[:max_rows]:
+            t.add_row(n, *[_fmt(metrics[c].get(n, "")) for c in cats])
         console.print(t)
 
 

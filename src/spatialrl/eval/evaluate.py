@@ -1,0 +1,54 @@
+"""One evaluation run as a function: the body of `spatialrl eval`, reused by `spatialrl demo` and trainers."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from spatialrl.agents.base import Policy, SamplingParams
+from spatialrl.envs.registry import get_suite
+from spatialrl.eval.runs import open_run_dir
+from spatialrl.io import atomic_write_json
+from spatialrl.rollout.runner import RunResult, run_episodes
+
+
+def evaluate(
+    task: str,
+    agent: str,
+    options: dict[str, Any],
+    out: str | Path,
+    *,
+    policy: Policy | None = None,
+    batch_size: int = 8,
+    sampling: SamplingParams | None = None,
+    label: str | None = None,
+    overwrite: bool = False,
+    seed: int = 0,
+    progress: bool = True,
+) -> tuple[RunResult, dict[str, dict[str, float]]]:
+    """Evaluate ``agent`` (a spec such as ``expert`` or ``hf:PATH``, or a ready ``policy``) on ``task``.
+
+    ``options`` are the suite's options (merged over its defaults). Writes ``run.json``,
+    ``steps.jsonl``, ``episodes.jsonl``, ``metrics.json`` and the suite's extra files into ``out``;
+    re-running the same evaluation resumes it.
+    """
+    suite = get_suite(task)
+    options = {**suite.default_options, **options}
+    sampling = sampling or SamplingParams()
+    out = Path(out)
+    episodes = suite.episodes(options)
+    config = {"task": task, "agent": agent, "options": options, "sampling": asdict(sampling),
+              "label": label or agent}
+    open_run_dir(out, config, overwrite=overwrite)
+    if policy is None:
+        from spatialrl.agents.loader import load_policy
+
+        policy = load_policy(agent, seed=seed)
+    result = run_episodes(suite, options, policy, episodes, batch_size=batch_size, sampling=sampling,
+                          out_dir=out, progress=progress)
+    metrics = suite.summarize(result.episodes)
+    atomic_write_json(out / "metrics.json", metrics)
+    if suite.after_run is not None:
+        suite.after_run(out, options)
+    return result, metrics
