@@ -13,7 +13,7 @@ import numpy as np
 
 from spatialrl.render.camera import Camera
 
-# (yaw, pitch) of the six faces, in the order they are laid out left to right in the face strip.
+# (yaw, pitch) of the six faces, in the order they are stacked top to bottom in the face strip.
 FACES: tuple[tuple[float, float], ...] = ((0.0, 0.0), (90.0, 0.0), (180.0, 0.0), (270.0, 0.0),
                                           (0.0, -90.0), (0.0, 90.0))
 
@@ -35,7 +35,8 @@ def pixel_directions(width: int, height: int, north_deg: float) -> np.ndarray:
 
 @lru_cache(maxsize=8)
 def remap_tables(width: int, height: int, face: int, north_deg: float) -> tuple[np.ndarray, np.ndarray]:
-    """``(map_x, map_y)`` float32 tables sampling a (face, 6*face) strip of cube faces."""
+    """``(map_x, map_y)`` float32 tables sampling a (6*face, face) strip of cube faces (in ``FACES``
+    order, top to bottom: exactly how ``Renderer`` returns the six face frames)."""
     d = pixel_directions(width, height, north_deg)
     bases = [c.basis() for c in cube_cameras((0.0, 0.0, 0.0))]
     forward = np.stack([b[2] for b in bases])  # (6, 3)
@@ -48,8 +49,8 @@ def remap_tables(width: int, height: int, face: int, north_deg: float) -> tuple[
     y = (d * up).sum(-1) / a
     col = np.clip((x + 1.0) * 0.5 * face - 0.5, 0.0, face - 1.0)
     row = np.clip((1.0 - y) * 0.5 * face - 0.5, 0.0, face - 1.0)
-    map_x = (k * face + col).astype(np.float32)
-    map_y = row.astype(np.float32)
+    map_x = col.astype(np.float32)
+    map_y = (k * face + row).astype(np.float32)
     map_x.setflags(write=False)
     map_y.setflags(write=False)
     return map_x, map_y

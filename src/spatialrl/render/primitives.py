@@ -27,11 +27,21 @@ def yaw_matrix(yaw_deg: float) -> np.ndarray:
 
 
 class MeshBuilder:
-    """Accumulates primitives; ``meshes()`` returns one ``Mesh`` per (texture, instance id)."""
+    """Accumulates primitives; ``meshes()`` returns one ``Mesh`` per (texture, instance id, zone)."""
 
     def __init__(self) -> None:
-        self._groups: dict[tuple[int, int], list[tuple[np.ndarray, ...]]] = {}
+        self._groups: dict[tuple[int, int, int], list[tuple[np.ndarray, ...]]] = {}
         self._stack: list[tuple[np.ndarray, np.ndarray]] = [(np.eye(3), np.zeros(3))]
+        self._zone = -1
+
+    @contextmanager
+    def zone(self, zone: int) -> Iterator[None]:
+        """Primitives added inside the block get ``Mesh.zone = zone`` (e.g. the room index)."""
+        previous, self._zone = self._zone, int(zone)
+        try:
+            yield
+        finally:
+            self._zone = previous
 
     # ------------------------------------------------------------------ placement
     @contextmanager
@@ -48,37 +58,50 @@ class MeshBuilder:
     # ------------------------------------------------------------------ raw triangles
     def add(self, positions: np.ndarray, normals: np.ndarray, color: Vec3 | np.ndarray,
             uvs: np.ndarray | None = None, texture: int = -1, instance_id: int = 0) -> None:
-        """Add a triangle soup given in local coordinates; fixes winding to match the normals."""
+        """Add a triangle soup given in local coordinates; fixes winding to match the normals.
+
+        ``color`` is one RGB (0..1) for all vertices or an (N, 3) array."""
         pos = np.asarray(positions, dtype=np.float64).reshape(-1, 3)
         nrm = np.asarray(normals, dtype=np.float64).reshape(-1, 3)
         rot, off = self._stack[-1]
         pos = pos @ rot.T + off
         nrm = nrm @ rot.T
-        nrm /= np.maximum(np.linalg.norm(nrm, axis=1, keepdims=True), 1e-12)
-        col = np.broadcast_to(np.clip(np.asarray(color, dtype=np.float64), 0.0, 1.0), pos.shape)
+        nrm /= np.maximum(np.sqrt((nrm * nrm).sum(1, keepdims=True)), 1e-12)
+        col = np.clip(np.asarray(color, dtype=np.float64), 0.0, 1.0)
+        if col.ndim == 2:
+            col = col.reshape(-1, 3).copy()
         uv = np.zeros((len(pos), 2)) if uvs is None else np.asarray(uvs, dtype=np.float64).reshape(-1, 2)
         # Orient every triangle counter-clockwise around its mean vertex normal.
         tri = pos.reshape(-1, 3, 3)
-        geo = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
-        flip = (geo * nrm.reshape(-1, 3, 3).sum(1)).sum(1) < 0
+        e1, e2 = tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]
+        nsum = nrm.reshape(-1, 3, 3).sum(1)
+        facing = ((e1[:, 1] * e2[:, 2] - e1[:, 2] * e2[:, 1]) * nsum[:, 0]
+                  + (e1[:, 2] * e2[:, 0] - e1[:, 0] * e2[:, 2]) * nsum[:, 1]
+                  + (e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0]) * nsum[:, 2])
+        flip = facing < 0
         if flip.any():
             order = np.tile(np.arange(3), (len(tri), 1))
             order[flip] = [0, 2, 1]
             idx = (np.arange(len(tri))[:, None] * 3 + order).ravel()
-            pos, nrm, col, uv = pos[idx], nrm[idx], np.asarray(col)[idx], uv[idx]
-        key = (int(texture), int(instance_id))
-        self._groups.setdefault(key, []).append((pos, nrm, np.array(col), uv))
+            pos, nrm, uv = pos[idx], nrm[idx], uv[idx]
+            if col.ndim == 2:
+                col = col[idx]
+        key = (int(texture), int(instance_id), self._zone)
+        self._groups.setdefault(key, []).append((pos, nrm, col, uv))
 
     def meshes(self) -> list[Mesh]:
+        """One ``Mesh`` per (texture, instance id, zone), in order of first use."""
         out = []
-        for (texture, iid), parts in self._groups.items():
+        for (texture, iid, zone), parts in self._groups.items():
             out.append(Mesh(
                 positions=np.concatenate([p[0] for p in parts]),
                 normals=np.concatenate([p[1] for p in parts]),
-                colors=np.concatenate([p[2] for p in parts]),
+                colors=np.concatenate([p[2] if p[2].ndim == 2 else np.broadcast_to(p[2], p[0].shape)
+                                       for p in parts]),
                 uvs=np.concatenate([p[3] for p in parts]) if texture >= 0 else None,
                 texture=texture,
                 instance_id=iid,
+                zone=zone,
             ))
         return out
 
@@ -88,27 +111,23 @@ class MeshBuilder:
         """Axis-aligned (in local frame) box. ``tile`` = metres per texture repeat (world-scaled
         uvs); ``None`` maps the texture once over every face. ``faces`` picks faces by normal
         (x/X = −x/+x, y/Y, z/Z), e.g. drop the bottom of a box that stands on the floor."""
+        keep = [k for k, key in enumerate(_FACE_KEYS) if key in faces]
+        if not keep:
+            return
         c = np.asarray(center, dtype=np.float64)
-        h = np.asarray(size, dtype=np.float64) / 2.0
-        pos, nrm, uv = [], [], []
-        for key, n, u, v in _BOX_FACES:
-            if key not in faces:
-                continue
-            n, u, v = np.array(n, float), np.array(u, float), np.array(v, float)
-            hn, hu, hv = abs(n @ h), abs(u @ h), abs(v @ h)
-            fc = c + n * hn
-            corners = [fc - u * hu - v * hv, fc + u * hu - v * hv, fc + u * hu + v * hv, fc - u * hu + v * hv]
-            if tile is None:
-                cuv = [(0, 0), (1, 0), (1, 1), (0, 1)]
-            else:
-                u0, v0 = (u @ c - hu) / tile, (v @ c - hv) / tile
-                du, dv = 2 * hu / tile, 2 * hv / tile
-                cuv = [(u0, v0), (u0 + du, v0), (u0 + du, v0 + dv), (u0, v0 + dv)]
-            for i in (0, 1, 2, 0, 2, 3):
-                pos.append(corners[i])
-                nrm.append(n)
-                uv.append(cuv[i])
-        self.add(np.array(pos), np.array(nrm), color, np.array(uv), texture, instance_id)
+        h = np.abs(np.asarray(size, dtype=np.float64)) / 2.0
+        n, u, v = _FACE_N[keep], _FACE_U[keep], _FACE_V[keep]  # (F, 3)
+        hn, hu, hv = np.abs(n @ h), np.abs(u @ h), np.abs(v @ h)  # (F,)
+        corners = (c + n * hn[:, None])[:, None] + (_QUAD[:, 0, None] * hu[:, None, None] * u[:, None]
+                                                    + _QUAD[:, 1, None] * hv[:, None, None] * v[:, None])  # (F, 4, 3)
+        pos = corners[:, _QUAD_TRIS].reshape(-1, 3)
+        nrm = np.repeat(n, 6, axis=0)
+        if tile is None:
+            uv = np.tile(_QUAD_UV[_QUAD_TRIS], (len(keep), 1))
+        else:
+            uv = np.stack([(corners * u[:, None]).sum(-1), (corners * v[:, None]).sum(-1)], -1)[:, _QUAD_TRIS]
+            uv = uv.reshape(-1, 2) / tile
+        self.add(pos, nrm, color, uv, texture, instance_id)
 
     def cylinder(self, base: Vec3, radius: float, height: float, color: Vec3, *, top_radius: float | None = None,
                  segments: int = 12, caps: bool = True, texture: int = -1, instance_id: int = 0,
@@ -118,38 +137,40 @@ class MeshBuilder:
         r0, r1 = float(radius), float(radius if top_radius is None else top_radius)
         b = np.asarray(base, dtype=np.float64)
         ang = np.linspace(0.0, 2 * math.pi, segments + 1)
-        ring = np.stack([np.sin(ang), np.zeros_like(ang), np.cos(ang)], 1)
-        slope = (r0 - r1) / height if height else 0.0
-        side_n = ring + np.array([0.0, slope, 0.0])
-        pos, nrm, uv = [], [], []
-        circ = 2 * math.pi * max(r0, r1)
-        for i in range(segments):
-            a0, a1 = b + ring[i] * r0, b + ring[i + 1] * r0
-            t0, t1 = b + ring[i] * r1 + [0, height, 0], b + ring[i + 1] * r1 + [0, height, 0]
-            su = [1.0 - i / segments, 1.0 - (i + 1) / segments]  # u grows to a viewer's right
-            us = [s * (circ / tile if tile else 1.0) for s in su]
-            vs = [0.0, height / tile if tile else 1.0]
-            quad = [(a0, side_n[i], (us[0], vs[0])), (a1, side_n[i + 1], (us[1], vs[0])),
-                    (t1, side_n[i + 1], (us[1], vs[1])), (t0, side_n[i], (us[0], vs[1]))]
-            tris = (0, 1, 2, 0, 2, 3) if r1 > 0 else (0, 1, 2)
-            for k in tris:
-                p, n, t = quad[k]
-                if r1 == 0 and k == 2:  # cone tip: average normal of the two edges
-                    n = (side_n[i] + side_n[i + 1]) / 2
-                pos.append(p)
-                nrm.append(n)
-                uv.append(t)
-            if caps:
-                for r, y, ny in ((r0, 0.0, -1.0), (r1, height, 1.0)):
-                    if r <= 0:
-                        continue
-                    centre = b + [0, y, 0]
-                    for p in (centre, b + ring[i] * r + [0, y, 0], b + ring[i + 1] * r + [0, y, 0]):
-                        pos.append(p)
-                        nrm.append((0.0, ny, 0.0))
-                        d = (p - b)[[0, 2]]
-                        uv.append(tuple(d / tile) if tile else tuple(d / (2 * r) + 0.5))
-        self.add(np.array(pos), np.array(nrm), color, np.array(uv), texture, instance_id)
+        ring = np.stack([np.sin(ang), np.zeros_like(ang), np.cos(ang)], 1)  # (S+1, 3)
+        up = np.array([0.0, height, 0.0])
+        side_n = ring + np.array([0.0, (r0 - r1) / height if height else 0.0, 0.0])
+        bottom, top = b + ring * r0, b + ring * r1 + up
+        su = 1.0 - np.arange(segments + 1) / segments  # u grows to a viewer's right
+        us = su * (2 * math.pi * max(r0, r1) / tile if tile else 1.0)
+        vt = height / tile if tile else 1.0
+        i, j = np.arange(segments), np.arange(1, segments + 1)
+        parts = []
+        if r1 > 0:  # quads (bottom i, bottom i+1, top i+1, top i) as two triangles
+            quad_p = np.stack([bottom[i], bottom[j], top[j], top[i]], 1)
+            quad_n = np.stack([side_n[i], side_n[j], side_n[j], side_n[i]], 1)
+            quad_uv = np.stack([np.c_[us[i], 0 * us[i]], np.c_[us[j], 0 * us[j]], np.c_[us[j], vt + 0 * us[j]],
+                                np.c_[us[i], vt + 0 * us[i]]], 1)
+            parts.append((quad_p[:, _QUAD_TRIS], quad_n[:, _QUAD_TRIS], quad_uv[:, _QUAD_TRIS]))
+        else:  # cone: one triangle per segment, the tip normal averages its two edges
+            tip = np.repeat(top[i][:, None], 1, 1)
+            tri_p = np.concatenate([bottom[i][:, None], bottom[j][:, None], tip], 1)
+            tri_n = np.stack([side_n[i], side_n[j], (side_n[i] + side_n[j]) / 2], 1)
+            tri_uv = np.stack([np.c_[us[i], 0 * us[i]], np.c_[us[j], 0 * us[j]], np.c_[us[i], vt + 0 * us[i]]], 1)
+            parts.append((tri_p, tri_n, tri_uv))
+        if caps:
+            for r, y, ny in ((r0, 0.0, -1.0), (r1, height, 1.0)):
+                if r <= 0:
+                    continue
+                centre = b + [0.0, y, 0.0]
+                tri_p = np.stack([np.broadcast_to(centre, (segments, 3)), b + ring[i] * r + [0, y, 0],
+                                  b + ring[j] * r + [0, y, 0]], 1)
+                d = (tri_p - b)[..., [0, 2]]
+                tri_uv = d / tile if tile else d / (2 * r) + 0.5
+                parts.append((tri_p, np.broadcast_to([0.0, ny, 0.0], tri_p.shape), tri_uv))
+        self.add(np.concatenate([p[0].reshape(-1, 3) for p in parts]),
+                 np.concatenate([np.asarray(p[1]).reshape(-1, 3) for p in parts]), color,
+                 np.concatenate([p[2].reshape(-1, 2) for p in parts]), texture, instance_id)
 
     def ellipsoid(self, center: Vec3, radii: Vec3 | float, color: Vec3, *, segments: int = 10, rings: int = 6,
                   texture: int = -1, instance_id: int = 0) -> None:
@@ -160,21 +181,18 @@ class MeshBuilder:
         ph = np.linspace(0.0, 2 * math.pi, segments + 1)
         unit = np.stack([np.sin(th)[:, None] * np.sin(ph)[None], np.repeat(np.cos(th)[:, None], len(ph), 1),
                          np.sin(th)[:, None] * np.cos(ph)[None]], -1)  # (rings+1, seg+1, 3)
-        pts = c + unit * r
-        nrm = unit / (r * r)
-        uvs = np.stack(np.meshgrid(ph / (2 * math.pi), 1.0 - th / math.pi), -1)
-        pos, nn, uv = [], [], []
-        for i in range(rings):
-            for j in range(segments):
-                quad = [(i, j), (i, j + 1), (i + 1, j + 1), (i + 1, j)]
-                tris = [(0, 2, 3)] if i == 0 else ([(0, 1, 2)] if i == rings - 1 else [(0, 1, 2), (0, 2, 3)])
-                for t in tris:
-                    for k in t:
-                        a, b2 = quad[k]
-                        pos.append(pts[a, b2])
-                        nn.append(nrm[a, b2])
-                        uv.append(uvs[a, b2])
-        self.add(np.array(pos), np.array(nn), color, np.array(uv), texture, instance_id)
+        pts = (c + unit * r).reshape(-1, 3)
+        nrm = (unit / (r * r)).reshape(-1, 3)
+        uvs = np.stack(np.meshgrid(ph / (2 * math.pi), 1.0 - th / math.pi), -1).reshape(-1, 2)
+        ri, sj = np.meshgrid(np.arange(rings), np.arange(segments), indexing="ij")
+        a = ri * (segments + 1) + sj  # corner (i, j); quad = a, a+1, a+seg+2, a+seg+1
+        quad = np.stack([a, a + 1, a + segments + 2, a + segments + 1], -1)  # (rings, seg, 4)
+        tris = [quad[0][:, [0, 2, 3]]]  # top cap: the pole corners coincide, one triangle each
+        if rings > 2:
+            tris.append(quad[1:-1][..., _QUAD_TRIS].reshape(-1, 3))
+        tris.append(quad[-1][:, [0, 1, 2]])  # bottom cap
+        idx = np.concatenate(tris).ravel()
+        self.add(pts[idx], nrm[idx], color, uvs[idx], texture, instance_id)
 
 
 # (key, outward normal, u axis, v axis). u = normal x v: in this left-handed world that is the
@@ -187,3 +205,8 @@ _BOX_FACES = (
     ("Y", (0, 1, 0), (1, 0, 0), (0, 0, 1)),
     ("y", (0, -1, 0), (1, 0, 0), (0, 0, -1)),
 )
+_FACE_KEYS = [f[0] for f in _BOX_FACES]
+_FACE_N, _FACE_U, _FACE_V = (np.array([f[k] for f in _BOX_FACES], dtype=np.float64) for k in (1, 2, 3))
+_QUAD = np.array([(-1, -1), (1, -1), (1, 1), (-1, 1)], dtype=np.float64)  # corner signs along (u, v)
+_QUAD_UV = (_QUAD + 1) / 2
+_QUAD_TRIS = np.array([0, 1, 2, 0, 2, 3])

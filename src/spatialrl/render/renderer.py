@@ -14,6 +14,8 @@ Why it is shaped like this (llvmpipe on 2 CPU cores is the slow case we design f
 from __future__ import annotations
 
 import math
+import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,20 +29,33 @@ from spatialrl.render.camera import Camera
 from spatialrl.render.context import create_egl_context
 from spatialrl.render.mesh import Mesh
 
-MAX_ATLAS_PIXELS = 1 << 23  # ~8.4 Mpx per tiled readback (32 frames of 640x360); bounds memory
+MAX_BATCH_PIXELS = 1 << 23  # frames drawn before reading back (36 of 640x360): bounds framebuffer memory
+# Flipping clip-space y renders images upside down in GL terms, i.e. top row first in memory.
+_FLIP_Y = np.diag([1.0, -1.0, 1.0, 1.0])
+# The GL context current on each thread. moderngl issues calls to whatever context is current, so a
+# Renderer makes its own context current before working when another one was used last.
+_current = threading.local()
 
 
 @dataclass(frozen=True)
 class Lighting:
-    """Directional key + fill light and ambient (intensities add up to about 1 for a lit face).
+    """Brightness of faces by orientation ("ambient cube") plus an optional directional key light.
 
-    Directions point *towards* the light, in world space (y up)."""
+    ``cube`` = brightness of faces whose normal is (+x, -x, +y, -y, +z, -z); oblique faces blend
+    by the squared normal. The default makes floors brightest, ceilings a little darker and any
+    two walls meeting at a corner differ by at least 0.08, so geometry reads without shadows.
+    ``key_dir`` points *towards* the light (world space, y up); ``key`` is its intensity."""
 
-    key_dir: tuple[float, float, float] = (0.45, 0.8, 0.3)
-    fill_dir: tuple[float, float, float] = (-0.55, 0.1, -0.8)
-    ambient: float = 0.42
-    key: float = 0.55
-    fill: float = 0.25
+    cube: tuple[float, float, float, float, float, float] = (0.86, 0.62, 0.95, 0.8, 0.74, 0.7)
+    key_dir: tuple[float, float, float] = (0.4, 0.8, 0.45)
+    key: float = 0.0
+
+    def __post_init__(self) -> None:
+        if len(self.cube) != 6 or not all(0.0 <= float(v) <= 4.0 for v in self.cube):
+            raise ValueError(f"Lighting.cube must be 6 brightness values in 0..4, got {self.cube!r}")
+        if not 0.0 <= float(self.key) <= 4.0:
+            raise ValueError(f"Lighting.key must be in 0..4, got {self.key!r}")
+        _unit(self.key_dir)
 
 
 @dataclass(frozen=True)
@@ -81,11 +96,13 @@ class Scene:
     """GPU-side geometry and textures of one uploaded scene; make with ``Renderer.upload``."""
 
     def __init__(self, owner: Renderer, vbo, ibo, vao_shaded, vao_ids, textures, n_indices: int,
-                 n_triangles: int, n_textures: int, sky: Sky, lighting: Lighting, bounds: np.ndarray):
+                 zones: list[ZoneRange], n_triangles: int, n_textures: int, sky: Sky, lighting: Lighting,
+                 bounds: np.ndarray):
         self._owner = owner
         self._vbo, self._ibo, self._textures = vbo, ibo, textures
         self.vao_shaded, self.vao_ids = vao_shaded, vao_ids
         self.n_indices = n_indices
+        self.zones = zones
         self.n_triangles = n_triangles
         self.n_textures = n_textures
         self.sky = sky
@@ -94,8 +111,10 @@ class Scene:
         self.released = False
 
     def release(self) -> None:
+        """Free the GPU buffers (safe to call twice; ``Renderer.close`` releases every scene)."""
         if self.released:
             return
+        self._owner._check_open()  # its context must be current
         for obj in (self.vao_shaded, self.vao_ids, self._vbo, self._ibo, self._textures):
             obj.release()
         self.released = True
@@ -107,18 +126,27 @@ class Renderer:
     ``device`` picks the EGL device (default: env ``SPATIALRL_EGL_DEVICE`` or device 0).
     ``samples`` > 0 turns on multisampling for colour frames (off by default: it costs speed and
     makes frames depend on the driver's MSAA pattern). ``cull`` drops back faces (meshes must be
-    closed and wound outward, as every builder in ``spatialrl.worlds`` makes them).
+    closed and wound outward, as every builder in ``spatialrl.render.primitives`` makes them).
+    A Renderer is not thread-safe: use one per thread (several per process are fine).
+    ``smooth_textures`` samples textures trilinearly from mipmaps; the default is plain bilinear
+    sampling, ~15-30% cheaper per frame on llvmpipe (choosing a mip level per pixel is what costs)
+    at the price of some shimmer on distant floors.
     """
 
     def __init__(self, width: int, height: int, *, device: int | None = None, samples: int = 0,
-                 cull: bool = True):
+                 cull: bool = True, smooth_textures: bool = False):
         self.width = _check_size(width, "width")
         self.height = _check_size(height, "height")
         if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
             raise ValueError(f"samples must be an int >= 0, got {samples!r}")
         self.samples = samples
         self.cull = bool(cull)
+        self.smooth_textures = bool(smooth_textures)
+        self._fbos: dict[tuple, list[tuple]] = {}
+        self._scenes: list[Scene] = []
         self.ctx = create_egl_context(device)
+        _current.ctx = self.ctx  # creating a context makes it current
+        self.closed = False
         self.device_name = f"{self.ctx.info['GL_RENDERER']} / {self.ctx.info['GL_VERSION']}"
         self._max_size = int(self.ctx.info["GL_MAX_TEXTURE_SIZE"])
         self._max_layers = int(self.ctx.info["GL_MAX_ARRAY_TEXTURE_LAYERS"])
@@ -126,14 +154,13 @@ class Renderer:
             size = (self.width, self.height)
             self.close()
             raise ValueError(f"frame size {size} exceeds this device's limit {self._max_size}")
-        self.ctx.front_face = "cw"  # see camera.py: the left-handed world flips on-screen winding
+        # camera.py's left-handed world flips on-screen winding once and _FLIP_Y flips it back, so
+        # outward (counter-clockwise) faces stay counter-clockwise on screen.
+        self.ctx.front_face = "ccw"
         self._shaded = self.ctx.program(vertex_shader=shaders.SHADED_VS, fragment_shader=shaders.SHADED_FS)
         self._ids = self.ctx.program(vertex_shader=shaders.ID_VS, fragment_shader=shaders.ID_FS)
         self._sky = self.ctx.program(vertex_shader=shaders.SKY_VS, fragment_shader=shaders.SKY_FS)
         self._sky_vao = self.ctx.vertex_array(self._sky, [])
-        self._fbos: dict[tuple, tuple] = {}
-        self._scenes: list[Scene] = []
-        self.closed = False
 
     # ------------------------------------------------------------------ scenes
     def upload(self, meshes: Sequence[Mesh], textures: Sequence[np.ndarray] = (), sky: object = None,
@@ -154,7 +181,7 @@ class Renderer:
                 raise ValueError(f"meshes[{i}].texture={m.texture} but only {len(textures)} textures were given")
         sky_cfg = parse_sky(sky)
         lighting = lighting or Lighting()
-        vertices, indices = _pack(meshes)
+        vertices, indices, zones = _pack(meshes)
         bounds = np.stack([vertices[:, :3].min(0), vertices[:, :3].max(0)])
         tex = self._texture_array(textures)
         vbo = self.ctx.buffer(vertices.tobytes())
@@ -162,7 +189,7 @@ class Renderer:
         vao_shaded = self.ctx.vertex_array(self._shaded, [_layout(vbo, self._shaded)], index_buffer=ibo,
                                            index_element_size=4)
         vao_ids = self.ctx.vertex_array(self._ids, [_layout(vbo, self._ids)], index_buffer=ibo, index_element_size=4)
-        scene = Scene(self, vbo, ibo, vao_shaded, vao_ids, tex, len(indices),
+        scene = Scene(self, vbo, ibo, vao_shaded, vao_ids, tex, len(indices), zones,
                       sum(m.n_triangles for m in meshes), len(textures), sky_cfg, lighting, bounds)
         self._scenes.append(scene)
         return scene
@@ -192,7 +219,7 @@ class Renderer:
         tex = self.ctx.texture_array((w, h, len(imgs)), 3, np.ascontiguousarray(stack[:, ::-1]).tobytes(),
                                      alignment=1)
         tex.build_mipmaps()
-        tex.filter = (moderngl.LINEAR_MIPMAP_LINEAR, moderngl.LINEAR)
+        tex.filter = (moderngl.LINEAR_MIPMAP_LINEAR if self.smooth_textures else moderngl.LINEAR, moderngl.LINEAR)
         tex.repeat_x = tex.repeat_y = True
         return tex
 
@@ -221,7 +248,7 @@ class Renderer:
         cams = _equirect.cube_cameras(position)
         faces = self._render(scene, cams, face, face, ids=False)
         map_x, map_y = _equirect.remap_tables(w, h, face, float(north_deg))
-        strip = np.ascontiguousarray(faces.transpose(1, 0, 2, 3).reshape(face, 6 * face, 3))
+        strip = faces.reshape(6 * face, face, 3)  # faces stacked top to bottom, no copy
         return cv2.remap(strip, map_x, map_y, interpolation=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
 
     def _render(self, scene: Scene, cameras: Sequence[Camera], w: int, h: int, ids: bool) -> np.ndarray:
@@ -234,44 +261,42 @@ class Renderer:
         for i, c in enumerate(cameras):
             if not isinstance(c, Camera):
                 raise TypeError(f"cameras[{i}] is {type(c).__name__}, expected spatialrl.render.Camera")
-        out = np.empty((len(cameras), h, w) if ids else (len(cameras), h, w, 3), np.int32 if ids else np.uint8)
-        per_atlas = self._tiles_per_atlas(w, h)
-        for start in range(0, len(cameras), per_atlas):
-            chunk = cameras[start:start + per_atlas]
-            tiles = self._draw_atlas(scene, chunk, w, h, ids)
-            out[start:start + len(chunk)] = _decode_ids(tiles) if ids else tiles[..., :3]
+        n = len(cameras)
+        per_chunk = max(1, MAX_BATCH_PIXELS // (w * h))
+        out = np.empty((n, h, w), np.int32) if ids else np.empty((n, h, w, 3), np.uint8)
+        for start in range(0, n, per_chunk):
+            self._draw_batch(scene, cameras[start:start + per_chunk], w, h, ids, out[start:start + per_chunk])
         return out
 
-    def _tiles_per_atlas(self, w: int, h: int) -> int:
-        by_pixels = max(1, MAX_ATLAS_PIXELS // (w * h))
-        by_size = max(1, self._max_size // w) * max(1, self._max_size // h)
-        return min(by_pixels, by_size)
+    def _pool(self, w: int, h: int, n: int, multisample: bool) -> list[tuple]:
+        """``n`` (framebuffer, multisample framebuffer or None) pairs of size w x h, kept per size.
 
-    def _atlas_fbo(self, cols: int, rows: int, w: int, h: int, multisample: bool):
-        key = (cols, rows, w, h, multisample)
-        if key not in self._fbos:
-            size = (cols * w, rows * h)
-            fbo = self.ctx.framebuffer(self.ctx.renderbuffer(size, 4), self.ctx.depth_renderbuffer(size))
+        One framebuffer per camera of a batch (not tiles of one big framebuffer): a frame then
+        does not depend on its position in the batch, so batched and single renders are
+        bit-identical, and llvmpipe still rasterises queued frames while earlier ones are read."""
+        key = (w, h, multisample)
+        pool = self._fbos.setdefault(key, [])
+        while len(pool) < n:
+            fbo = self.ctx.framebuffer(self.ctx.renderbuffer((w, h), 4), self.ctx.depth_renderbuffer((w, h)))
             msaa = None
             if multisample:
-                msaa = self.ctx.framebuffer(self.ctx.renderbuffer(size, 4, samples=self.samples),
-                                            self.ctx.depth_renderbuffer(size, samples=self.samples))
-            if len(self._fbos) >= 4:  # keep a few sizes (frame, cube face, partial batches)
-                old = self._fbos.pop(next(iter(self._fbos)))
-                for f in old:
-                    if f is not None:
-                        _release_fbo(f)
-            self._fbos[key] = (fbo, msaa)
-        return self._fbos[key]
+                msaa = self.ctx.framebuffer(self.ctx.renderbuffer((w, h), 4, samples=self.samples),
+                                            self.ctx.depth_renderbuffer((w, h), samples=self.samples))
+            pool.append((fbo, msaa))
+        if len(self._fbos) > 3:  # frame size, cube faces and one more: drop the oldest size
+            old = next(k for k in self._fbos if k != key)
+            for pair in self._fbos.pop(old):
+                _release_fbos(pair)
+        return pool[:n]
 
-    def _draw_atlas(self, scene: Scene, cameras: list[Camera], w: int, h: int, ids: bool) -> np.ndarray:
-        n = len(cameras)
-        cols = min(n, max(1, self._max_size // w), max(1, math.ceil(math.sqrt(n * h / w))))
-        rows = math.ceil(n / cols)
+    def _draw_batch(self, scene: Scene, cameras: list[Camera], w: int, h: int, ids: bool, dest: np.ndarray) -> None:
+        """Draw camera i into framebuffer i, then read every frame into ``dest[i]``.
+
+        The projection is flipped vertically, so OpenGL's bottom-up rows come out top-down and a
+        frame reads straight into (H, W, 4) memory. Reading RGBA and dropping alpha with OpenCV is
+        about twice as fast as asking the driver for RGB."""
         multisample = self.samples > 0 and not ids
-        fbo, msaa = self._atlas_fbo(cols, rows, w, h, multisample)
-        target = msaa if multisample else fbo
-        target.use()
+        pool = self._pool(w, h, len(cameras), multisample)
         ctx = self.ctx
         ctx.enable(moderngl.DEPTH_TEST)
         ctx.depth_func = "<"
@@ -281,29 +306,41 @@ class Renderer:
             ctx.disable(moderngl.CULL_FACE)
         sky = scene.sky
         bg = (0.0, 0.0, 0.0) if ids else sky.horizon
-        target.clear(*bg, 1.0, depth=1.0)
         aspect = w / h
         prog, vao = (self._ids, scene.vao_ids) if ids else (self._shaded, scene.vao_shaded)
         if not ids:
             scene._textures.use(0)
             light = scene.lighting
             prog["textures"].value = 0
+            px, nx, py, ny, pz, nz = (float(v) for v in light.cube)
+            prog["cube_pos"].value = (px, py, pz)
+            prog["cube_neg"].value = (nx, ny, nz)
             prog["key_dir"].value = tuple(_unit(light.key_dir))
-            prog["fill_dir"].value = tuple(_unit(light.fill_dir))
-            prog["light"].value = (light.ambient, light.key, light.fill)
+            prog["key"].value = float(light.key)
         mvp = prog["mvp"]
-        for i, cam in enumerate(cameras):
-            r, c = divmod(i, cols)
-            target.viewport = (c * w, r * h, w, h)
-            mvp.write(cam.view_projection(aspect).T.astype("f4").tobytes())
-            vao.render(moderngl.TRIANGLES, vertices=scene.n_indices)
+        for cam, (fbo, msaa) in zip(cameras, pool, strict=True):
+            target = msaa if multisample else fbo
+            target.use()
+            target.clear(*bg, 1.0, depth=1.0)
+            mvp.write((_FLIP_Y @ cam.view_projection(aspect)).T.astype("f4").tobytes())
+            for zr in _draw_order(scene.zones, cam):
+                vao.render(moderngl.TRIANGLES, vertices=zr.count, first=zr.first)
             if not ids and not sky.flat:
                 self._draw_sky(cam, aspect, sky)
-        if multisample:
-            ctx.copy_framebuffer(fbo, msaa)
-        raw = np.frombuffer(fbo.read(viewport=(0, 0, cols * w, rows * h), components=4, alignment=1), np.uint8)
-        atlas = raw.reshape(rows, h, cols, w, 4).transpose(0, 2, 1, 3, 4).reshape(rows * cols, h, w, 4)
-        return atlas[:n, ::-1]  # GL rows run bottom-up
+        rgba = self._scratch(h, w)
+        for i, (fbo, msaa) in enumerate(pool):
+            if multisample:
+                ctx.copy_framebuffer(fbo, msaa)
+            fbo.read_into(rgba, components=4, alignment=1)
+            if ids:  # 24-bit id in R, G, B (see shaders.ID_FS); alpha is 255
+                np.bitwise_and(rgba.view("<u4")[..., 0], 0xFFFFFF, out=dest[i], casting="unsafe")
+            else:
+                cv2.cvtColor(rgba, cv2.COLOR_RGBA2RGB, dst=dest[i])
+
+    def _scratch(self, h: int, w: int) -> np.ndarray:
+        if getattr(self, "_rgba", None) is None or self._rgba.shape[:2] != (h, w):
+            self._rgba = np.empty((h, w, 4), np.uint8)
+        return self._rgba
 
     def _draw_sky(self, cam: Camera, aspect: float, sky: Sky) -> None:
         ctx, prog = self.ctx, self._sky
@@ -325,22 +362,27 @@ class Renderer:
 
     # ------------------------------------------------------------------ lifetime
     def _check_open(self) -> None:
+        """Raise if closed; otherwise make this renderer's context current on this thread."""
         if self.closed:
             raise RuntimeError("Renderer is closed")
+        if getattr(_current, "ctx", None) is not self.ctx:
+            self.ctx.__enter__()
+            _current.ctx = self.ctx
 
     def close(self) -> None:
         """Release every scene, framebuffer and the context (safe to call twice)."""
         if getattr(self, "closed", True):
             return
+        self._check_open()
         for scene in list(self._scenes):
             scene.release()
         self._scenes.clear()
-        for fbos in self._fbos.values():
-            for f in fbos:
-                if f is not None:
-                    _release_fbo(f)
+        for pool in self._fbos.values():
+            for pair in pool:
+                _release_fbos(pair)
         self._fbos.clear()
         self.ctx.release()
+        _current.ctx = None
         self.closed = True
 
     def __enter__(self) -> Renderer:
@@ -350,6 +392,8 @@ class Renderer:
         self.close()
 
     def __del__(self) -> None:
+        if sys.is_finalizing():  # EGL may already be torn down; the OS frees everything anyway
+            return
         try:
             self.close()
         except Exception:
@@ -370,14 +414,32 @@ def _unit(v: Sequence[float]) -> np.ndarray:
     return a / n
 
 
-def _pack(meshes: list[Mesh]) -> tuple[np.ndarray, np.ndarray]:
-    """Interleave all meshes (objects first, then structure) and share identical vertices.
+@dataclass(frozen=True)
+class ZoneRange:
+    """A contiguous range of the index buffer holding one zone, and the zone's floor bounds."""
+
+    zone: int
+    first: int
+    count: int
+    x0: float
+    z0: float
+    x1: float
+    z1: float
+
+    def distance(self, x: float, z: float) -> float:
+        return math.hypot(max(self.x0 - x, 0.0, x - self.x1), max(self.z0 - z, 0.0, z - self.z1))
+
+
+def _pack(meshes: list[Mesh]) -> tuple[np.ndarray, np.ndarray, list[ZoneRange]]:
+    """Interleave all meshes zone by zone (objects before structure inside each zone) and share
+    identical vertices.
 
     Sharing turns a triangle soup into an indexed mesh: fewer vertex-shader runs (a box has 24
-    distinct vertices, not 36) at the cost of one ``np.unique`` at upload.
+    distinct vertices, not 36) at the cost of one ``np.unique`` at upload. Index ranges stay
+    contiguous per zone so ``render`` can draw zones in a camera-dependent order.
     """
-    order = sorted(range(len(meshes)), key=lambda i: meshes[i].instance_id == 0)
-    blocks = []
+    order = sorted(range(len(meshes)), key=lambda i: (meshes[i].zone < 0, meshes[i].zone, meshes[i].instance_id == 0))
+    blocks, zones = [], []
     for i in order:
         m = meshes[i]
         n = len(m.positions)
@@ -391,18 +453,37 @@ def _pack(meshes: list[Mesh]) -> tuple[np.ndarray, np.ndarray]:
         block[:, 11] = m.texture
         block[:, 12] = m.instance_id
         blocks.append(block)
+        zones.append(m.zone)
     if not blocks:
         raise ValueError("upload() got meshes without any triangles")
     soup = np.concatenate(blocks)
     rows = np.ascontiguousarray(soup).view(np.dtype((np.void, soup.dtype.itemsize * soup.shape[1]))).ravel()
     _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
-    # Keep vertices in first-use order so the index stream stays objects-first and cache friendly.
+    # Keep vertices in first-use order so the index stream stays in draw order and cache friendly.
     rank = np.empty(len(first), np.int64)
     by_first = np.argsort(first)
     rank[by_first] = np.arange(len(first))
     vertices = soup[first[by_first]]
     indices = rank[inverse.ravel()].astype(np.uint32)
-    return vertices, indices
+    ranges: list[ZoneRange] = []
+    start = 0
+    for zone in dict.fromkeys(zones):
+        count = sum(len(b) for b, z in zip(blocks, zones, strict=True) if z == zone)
+        pts = soup[start:start + count, :3]
+        ranges.append(ZoneRange(zone, start, count, float(pts[:, 0].min()), float(pts[:, 2].min()),
+                                float(pts[:, 0].max()), float(pts[:, 2].max())))
+        start += count
+    return vertices, indices, ranges
+
+
+def _draw_order(ranges: list[ZoneRange], cam: Camera) -> list[ZoneRange]:
+    """The camera's zone first, then the other zones nearest first, then unzoned geometry."""
+    if len(ranges) <= 1:
+        return ranges
+    x, z = cam.position[0], cam.position[2]
+    zoned = sorted((r for r in ranges if r.zone >= 0),
+                   key=lambda r: (r.distance(x, z), (r.x1 - r.x0) * (r.z1 - r.z0)))
+    return zoned + [r for r in ranges if r.zone < 0]
 
 
 def _layout(vbo, program) -> tuple:
@@ -417,12 +498,10 @@ def _layout(vbo, program) -> tuple:
     return (vbo, " ".join(fmt), *names)
 
 
-def _decode_ids(tiles: np.ndarray) -> np.ndarray:
-    t = tiles.astype(np.int32)
-    return t[..., 0] | (t[..., 1] << 8) | (t[..., 2] << 16)
-
-
-def _release_fbo(fbo) -> None:
-    for att in list(fbo.color_attachments) + ([fbo.depth_attachment] if fbo.depth_attachment else []):
-        att.release()
-    fbo.release()
+def _release_fbos(pair: tuple) -> None:
+    for fbo in pair:
+        if fbo is None:
+            continue
+        for att in list(fbo.color_attachments) + ([fbo.depth_attachment] if fbo.depth_attachment else []):
+            att.release()
+        fbo.release()

@@ -9,7 +9,6 @@ the house RNG, so a seed gives the same rooms every time.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,10 +17,9 @@ import numpy as np
 from spatialrl.render.primitives import MeshBuilder, yaw_matrix
 from spatialrl.worlds import furniture as fu
 from spatialrl.worlds import items
-from spatialrl.worlds.layout import GRID, Door, Plan, Rect, WalkGrid
-from spatialrl.worlds.palette import BuildContext, Materials, Surface
+from spatialrl.worlds.layout import GRID, HALF_WALL, Door, Plan, Rect, WalkGrid
+from spatialrl.worlds.palette import BuildContext, Materials
 
-HALF_WALL = 0.05
 DOOR_CLEAR = 1.0  # metres kept free of blocking furniture in front of a doorway
 MIN_OBJECTS = 14  # per room; recipes aim for 15-25
 
@@ -245,7 +243,7 @@ class Furnisher:
             elif corner:
                 tt = lo + w / 2 if self.rng.random() < 0.5 else hi - w / 2
             else:
-                tt = round(float(self.rng.uniform(lo + w / 2, hi - w / 2)) * 20) / 20
+                tt = round(float(_uniform(self.rng, lo + w / 2, hi - w / 2)) * 20) / 20
             rect, (cx, cz) = self._against(room, side, tt, w, d)
             if not self._floor_ok(room, rect, blocks):
                 continue
@@ -274,8 +272,8 @@ class Furnisher:
             else:
                 if area.width < fw or area.depth < fd:
                     continue
-                cx = self.rng.uniform(area.x0 + fw / 2, area.x1 - fw / 2)
-                cz = self.rng.uniform(area.z0 + fd / 2, area.z1 - fd / 2)
+                cx = _uniform(self.rng, area.x0 + fw / 2, area.x1 - fw / 2)
+                cz = _uniform(self.rng, area.z0 + fd / 2, area.z1 - fd / 2)
             cx, cz = round(float(cx) * 20) / 20, round(float(cz) * 20) / 20
             rect = Rect(cx - fw / 2, cz - fd / 2, cx + fw / 2, cz + fd / 2)
             if not self._floor_ok(room, rect, blocks):
@@ -303,7 +301,7 @@ class Furnisher:
             if not spans:
                 continue
             a, b = spans[int(self.rng.integers(len(spans)))]
-            tt = t if t is not None else round(float(self.rng.uniform(a + w / 2 + 0.2, b - w / 2 - 0.2)) * 20) / 20
+            tt = t if t is not None else round(float(_uniform(self.rng, a + w / 2 + 0.2, b - w / 2 - 0.2)) * 20) / 20
             yb = round(float(self.rng.uniform(*y0)) * 20) / 20
             if yb + h > self.plan.height - 0.05:
                 continue
@@ -361,8 +359,8 @@ class Furnisher:
                     continue
                 w, d, h = size
                 fw, fd = (d, w) if turned else (w, d)
-                cx = self.rng.uniform(s.rect.x0 + fw / 2, s.rect.x1 - fw / 2)
-                cz = self.rng.uniform(s.rect.z0 + fd / 2, s.rect.z1 - fd / 2)
+                cx = _uniform(self.rng, s.rect.x0 + fw / 2, s.rect.x1 - fw / 2)
+                cz = _uniform(self.rng, s.rect.z0 + fd / 2, s.rect.z1 - fd / 2)
                 rect = Rect(cx - fw / 2, cz - fd / 2, cx + fw / 2, cz + fd / 2)
                 if any(rect.overlaps(u, 0.02) for u in s.used):
                     continue
@@ -377,23 +375,27 @@ class Furnisher:
     # ------------------------------------------------------------------ rooms
     def furnish(self) -> None:
         for room in self.rooms:
-            self._current_room = room.name
-            self._windows(room)
-            RECIPES[room.room_type](self, room)
-            self.ceiling(room)
-            pool = SMALL_POOLS[room.room_type]
-            self.small(room, int(self.rng.integers(5, 10)), pool)
-            extra = 0
-            while self.count(room) < MIN_OBJECTS and extra < 30:  # top up sparse rooms
-                extra += 1
-                r = self.rng.random()
-                if r < 0.5:
-                    self.small(room, 1, pool)
-                elif r < 0.75:
-                    self.hang(room, "picture", (1.2, 1.6))
-                else:
-                    self.wall(room, str(self.rng.choice(["plant", "storage_box", "trash_bin", "laundry_basket"])),
-                              corner=True)
+            with self.b.zone(room.index):
+                self._furnish_room(room)
+
+    def _furnish_room(self, room: RoomState) -> None:
+        self._current_room = room.name
+        self._windows(room)
+        RECIPES[room.room_type](self, room)
+        self.ceiling(room)
+        pool = SMALL_POOLS[room.room_type]
+        self.small(room, int(self.rng.integers(5, 10)), pool)
+        extra = 0
+        while self.count(room) < MIN_OBJECTS and extra < 30:  # top up sparse rooms
+            extra += 1
+            r = self.rng.random()
+            if r < 0.5:
+                self.small(room, 1, pool)
+            elif r < 0.75:
+                self.hang(room, "picture", (1.2, 1.6))
+            else:
+                self.wall(room, str(self.rng.choice(["plant", "storage_box", "trash_bin", "laundry_basket"])),
+                          corner=True)
 
     def _windows(self, room: RoomState) -> None:
         n = int(self.rng.integers(1, 3))
@@ -402,6 +404,11 @@ class Furnisher:
 
     def opposite_side(self, side: str) -> str:
         return {"S": "N", "N": "S", "W": "E", "E": "W"}[side]
+
+
+def _uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
+    """Uniform in [lo, hi]; tolerates hi < lo by float rounding (an item exactly as wide as its slot)."""
+    return float(rng.uniform(lo, max(lo, hi)))
 
 
 def _snap(v: float) -> float:
@@ -577,4 +584,3 @@ RECIPES: dict[str, Callable[[Furnisher, RoomState], None]] = {
     "living_room": living_room, "kitchen": kitchen, "bedroom": bedroom, "bathroom": bathroom,
 }
 
-assert math.isclose(HALF_WALL, 0.05)

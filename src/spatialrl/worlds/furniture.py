@@ -238,7 +238,7 @@ def bookshelf(c: BuildContext, iid: int, w: float, d: float, h: float) -> list[S
         b.box((0, y, 0), (w - 2 * t, t, d - 0.01), body, texture=tex, instance_id=iid)
     inner = w - 2 * t - 0.02
     for k in range(n):
-        y0 = k * gap + t / 2 + (t / 2 if k == 0 else t / 2)
+        y0 = k * gap + (t if k == 0 else t / 2)  # top face of shelf board k
         x = -inner / 2
         while x < inner / 2 - 0.12:
             r = c.rng.random()

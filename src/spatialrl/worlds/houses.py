@@ -21,7 +21,17 @@ from spatialrl.render import Mesh
 from spatialrl.render.primitives import MeshBuilder
 from spatialrl.worlds import textures as tx
 from spatialrl.worlds.furnish import Furnisher
-from spatialrl.worlds.layout import GRID, ROOM_TYPES, Door, Plan, Rect, WalkGrid, plan_multi, plan_single, wall_boxes
+from spatialrl.worlds.layout import (
+    GRID,
+    ROOM_TYPES,
+    Door,
+    Plan,
+    Rect,
+    WalkGrid,
+    plan_multi,
+    plan_single,
+    wall_boxes,
+)
 from spatialrl.worlds.palette import WOOD_TINTS, Materials, object_materials
 
 __all__ = ["GRID", "ROOM_TYPES", "House", "ObjectInfo", "Room", "count_visible_objects", "generate_house"]
@@ -198,53 +208,61 @@ def _pick(rng: np.random.Generator, options: tuple) -> Any:
     return options[int(rng.integers(len(options)))]
 
 
-def _room_textures(rng: np.random.Generator, mat: Materials, room_type: str) -> tuple[int, int, int, float, float]:
-    """(floor, wall, ceiling) texture ids and the floor/wall tile sizes in metres, by room type."""
+def _room_textures(rng: np.random.Generator, mat: Materials, room_type: str) -> dict[str, Any]:
+    """Floor and wall looks of a room: (texture id or -1, colour, metres per texture repeat).
+
+    Painted walls and ceilings are untextured colours (a nearly flat texture would look the same
+    and costs a texture fetch per pixel); floors, tiles and wallpapers are textured."""
     wall_c = _pick(rng, WALL_COLORS)
+    white = (1.0, 1.0, 1.0)
     if room_type == "bathroom":
-        floor = mat.add(tx.tiles(rng, _pick(rng, TILE_COLORS), (0.6, 0.6, 0.62), n=int(rng.integers(4, 7))))
-        wall = mat.add(tx.tiles(rng, _pick(rng, TILE_COLORS[:4] + WALL_COLORS[:3]), (0.85, 0.85, 0.85), n=4))
-        floor_tile, wall_tile = 1.0, 0.6
+        floor = (mat.add(tx.tiles(rng, _pick(rng, TILE_COLORS), (0.6, 0.6, 0.62), n=int(rng.integers(4, 7)))), white, 1.0)
+        wall = (mat.add(tx.tiles(rng, _pick(rng, TILE_COLORS[:4] + WALL_COLORS[:3]), (0.85, 0.85, 0.85), n=4)), white, 0.6)
     elif room_type == "kitchen":
         a, c = _pick(rng, TILE_COLORS), _pick(rng, TILE_COLORS)
-        floor = mat.add(tx.checker(a, c, n=4) if rng.random() < 0.4 else tx.tiles(rng, a, (0.4, 0.4, 0.42), n=3))
-        wall = mat.add(tx.plain(rng, wall_c, amount=0.05))
-        floor_tile, wall_tile = 1.2, 1.0
+        img = tx.checker(a, c, n=4) if rng.random() < 0.4 else tx.tiles(rng, a, (0.4, 0.4, 0.42), n=3)
+        floor = (mat.add(img), white, 1.2)
+        wall = (-1, wall_c, 1.0)
     else:
         light, dark = _pick(rng, WOOD_TINTS)
         if room_type == "bedroom" and rng.random() < 0.4:
-            floor = mat.add(tx.plain(rng, _pick(rng, CARPET_COLORS), amount=0.25))
+            floor = (mat.add(tx.plain(rng, _pick(rng, CARPET_COLORS), amount=0.25)), white, 1.0)
         else:
-            floor = mat.add(tx.wood(rng, light, dark, planks=5))
+            floor = (mat.add(tx.wood(rng, light, dark, planks=5)), white, 1.0)
         if rng.random() < 0.45:
             c2 = tuple(v * 0.9 for v in wall_c)
-            wall = mat.add(tx.stripes(rng, wall_c, c2, n=int(rng.integers(4, 9))) if rng.random() < 0.6
-                           else tx.dots(rng, wall_c, c2, n=8))
+            img = tx.stripes(rng, wall_c, c2, n=int(rng.integers(4, 9))) if rng.random() < 0.6 else tx.dots(rng, wall_c, c2, n=8)
+            wall = (mat.add(img), white, 1.0)
         else:
-            wall = mat.add(tx.plain(rng, wall_c, amount=0.05))
-        floor_tile, wall_tile = 1.0, 1.0
-    ceiling = mat.add(tx.plain(rng, (0.96, 0.96, 0.95), amount=0.04))
-    return floor, wall, ceiling, floor_tile, wall_tile
+            wall = (-1, wall_c, 1.0)
+    ceiling = (-1, (0.96, 0.96, 0.95), 1.0)
+    return {"floor": floor, "wall": wall, "ceiling": ceiling}
 
 
 def _structure(b: MeshBuilder, rng: np.random.Generator, mat: Materials, plan: Plan, walls: list) -> None:
+    """Walls, door frames, floors and ceilings, each in its room's zone. Walls are added before
+    floors and ceilings so, within a zone, they are drawn first and hide what lies behind them."""
     h = plan.height
     looks = [_room_textures(rng, mat, rtype) for _, rtype, _ in plan.rooms]
     trim = _pick(rng, ((0.96, 0.96, 0.95), (0.45, 0.3, 0.18), (0.3, 0.3, 0.32)))
-    for (_, _, r), (floor, _, ceiling, ftile, _) in zip(plan.rooms, looks, strict=True):
-        (cx, cz), size = r.center, (r.width, 0.05, r.depth)
-        b.box((cx, -0.025, cz), size, (1.0, 1.0, 1.0), texture=floor, tile=ftile)
-        b.box((cx, h + 0.025, cz), size, (1.0, 1.0, 1.0), texture=ceiling, tile=1.5)
     for w in walls:
         r = w.rect
         center = ((r.x0 + r.x1) / 2, (w.y0 + w.y1) / 2, (r.z0 + r.z1) / 2)
         size = (r.width, w.y1 - w.y0, r.depth)
-        if w.kind == "trim":
-            b.box(center, size, trim)
-        else:
-            b.box(center, size, (1.0, 1.0, 1.0), texture=looks[w.room][1], tile=looks[w.room][4])
-            if w.kind == "wall":  # skirting board along the room-facing side
-                _skirting(b, w, plan, trim)
+        with b.zone(w.room):
+            if w.kind == "trim":
+                b.box(center, size, trim)
+            else:
+                tex, color, tile = looks[w.room]["wall"]
+                b.box(center, size, color, texture=tex, tile=tile)
+                if w.kind == "wall":  # skirting board along the room-facing side
+                    _skirting(b, w, plan, trim)
+    for k, ((_, _, r), look) in enumerate(zip(plan.rooms, looks, strict=True)):
+        (cx, cz), size = r.center, (r.width, 0.05, r.depth)
+        with b.zone(k):
+            for y, part in ((-0.025, "floor"), (h + 0.025, "ceiling")):
+                tex, color, tile = look[part]
+                b.box((cx, y, cz), size, color, texture=tex, tile=tile)
 
 
 def _skirting(b: MeshBuilder, w, plan: Plan, color) -> None:

@@ -381,9 +381,10 @@ def ceiling_lamp(c: BuildContext, iid: int, w: float, d: float, h: float) -> Non
         b.cylinder((0, 0, 0), w / 2, 0.3, c.pick(METAL + CERAMIC[:3]), top_radius=w * 0.12, segments=14,
                    instance_id=iid)
         b.ellipsoid((0, 0.02, 0), w * 0.15, (1.0, 0.97, 0.85), segments=8, rings=4, instance_id=iid)
-    else:  # flush dome
+    else:  # flush dome: a flattened half-ball under a ceiling rose, entirely below the ceiling
+        ry = min((h - 0.03) / 2, 0.12)
         b.cylinder((0, h - 0.03, 0), w * 0.3, 0.03, (0.9, 0.9, 0.9), segments=10, instance_id=iid)
-        b.ellipsoid((0, h - 0.03, 0), (w / 2, h * 0.8, w / 2), (0.98, 0.96, 0.9), segments=14, rings=5,
+        b.ellipsoid((0, h - 0.03 - ry, 0), (w / 2, ry, w / 2), (0.98, 0.96, 0.9), segments=14, rings=5,
                     instance_id=iid)
 
 

@@ -105,13 +105,16 @@ def marble(rng: np.random.Generator, base: Color, vein: Color, size: int = SIZE)
 
 
 def brick(rng: np.random.Generator, color: Color, mortar: Color, rows: int = 8, size: int = SIZE) -> np.ndarray:
+    """Running-bond bricks: ``rows`` courses of rows/2 bricks, odd courses shifted by half a brick."""
+    cols = rows // 2
     y = np.arange(size)[:, None] * rows / size
-    x = np.arange(size)[None, :] * (rows / 2) / size + 0.5 * (np.floor(y) % 2)
-    mask = ((y % 1.0) < 0.1) | ((x % 1.0) < 0.05)
-    per = 1.0 + rng.uniform(-0.1, 0.1, (rows, rows))[np.floor(y).astype(int) % rows, np.floor(x).astype(int) % rows]
+    x = np.arange(size)[None, :] * cols / size + 0.5 * (np.floor(y) % 2)
+    mask = np.broadcast_to(((y % 1.0) < 0.1) | ((x % 1.0) < 0.05), (size, size))
+    shade = rng.uniform(0.9, 1.1, (rows, cols))
+    # the brick cut by the right edge continues at the left edge: same shade (x wraps modulo cols)
+    per = shade[np.floor(y).astype(int) % rows, np.floor(x).astype(int) % cols]
     img = np.asarray(color)[None, None] * per[..., None]
-    img = np.broadcast_to(img, (size, size, 3)).copy()
-    img[np.broadcast_to(mask, (size, size))] = mortar
+    img[mask] = mortar
     return _to_u8(img)
 
 
