@@ -9,6 +9,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temp file in the same folder and a rename (never half-written)."""
@@ -16,6 +19,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file normal permissions
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -25,10 +25,10 @@ GOOD = {
 
 
 def test_scene_ids_round_trip():
-    ref = SceneRef.parse("multi-3room-000731")
-    assert (ref.kind, ref.room_type, ref.seed) == ("multi", "3room", 731)
-    assert ref.scene_id == "multi-3room-000731"
-    for bad in ("kitchen-1", "single-kitchen-42", "house-kitchen-000001", None):
+    ref = SceneRef.parse("multi-living_room-000731")
+    assert (ref.kind, ref.room_type, ref.seed) == ("multi", "living_room", 731)
+    assert ref.scene_id == "multi-living_room-000731"
+    for bad in ("kitchen-1", "single-kitchen-42", "house-kitchen-000001", "single-garage-000001", None):
         with pytest.raises(DataError, match="unknown scene id"):
             SceneRef.parse(bad)
 
@@ -48,7 +48,7 @@ def test_poses_from_records():
         (("category",), "multi-easy", "category"),
         (("mode",), "fly", "mode"),
         (("scene",), "FloorPlan1", "scene"),
-        (("scene",), "multi-2room-000001", "scene"),
+        (("scene",), "multi-kitchen-000001", "scene"),
         (("seg_count",), -1, "seg_count"),
         (("bfs_distance",), 2.5, "bfs_distance"),
         (("optimal_steps",), 0, "optimal_steps"),

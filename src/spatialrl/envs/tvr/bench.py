@@ -31,14 +31,21 @@ import numpy as np
 
 from spatialrl.envs.tvr import oracle
 from spatialrl.envs.tvr.lattice import PITCHES, YAWS, Lattice, Pose, heading_towards, snap_yaw
-from spatialrl.envs.tvr.scenes import FOV_DEG, SEG_MIN_PIXELS, SEG_SIZE, camera_for, load_house, scene_lattice
+from spatialrl.envs.tvr.scenes import (
+    FOV_DEG,
+    SEG_MIN_PIXELS,
+    SEG_SIZE,
+    camera_for,
+    load_house,
+    scene_fingerprint,
+    scene_lattice,
+)
 from spatialrl.envs.tvr.tasks import CATEGORIES, DATASETS, DIFFICULTIES, SceneRef, validate_tasks
 from spatialrl.errors import DataError
 from spatialrl.io import atomic_write_json
+from spatialrl.worlds.layout import ROOM_TYPES
 
 GENERATOR_VERSION = "tvr-bench/1"
-SINGLE_ROOM_TYPES = ("kitchen", "living_room", "bedroom", "bathroom")
-MULTI_ROOM_TYPES = ("2room", "3room")
 PATH_RANGES = {"single": (2, 8), "multi": (10, 20)}  # bfs_distance (cells) of start → target
 SEG_RULES = {"easy": (9, None), "hard": (3, 6)}  # visible objects in the target view, inclusive
 STARTS_PER_TARGET = 2
@@ -104,10 +111,10 @@ def plan_scenes(cfg: BenchConfig) -> dict[str, list[SceneRef]]:
     seeds = rng.choice(1_000_000, size=n_total, replace=False).tolist()
     pools: dict[str, list[SceneRef]] = {s: [] for s in DEFAULT_SCENES}
     k = 0
-    for kind, types in (("single", SINGLE_ROOM_TYPES), ("multi", MULTI_ROOM_TYPES)):
+    for kind in DATASETS:  # room types (a house's first room) cycle so every pool mixes all four
         for split in DEFAULT_SCENES:
             for i in range(cfg.scenes_per_split[split]):
-                pools[split].append(SceneRef(kind, types[i % len(types)], int(seeds[k])))
+                pools[split].append(SceneRef(kind, ROOM_TYPES[i % len(ROOM_TYPES)], int(seeds[k])))
                 k += 1
     return pools
 
@@ -119,13 +126,13 @@ class SceneSampler:
     def __init__(self, ref: SceneRef, id_renderer: Any, mode: str = "navigation"):
         self.ref, self.mode = ref, mode
         self.house = load_house(ref.scene_id)
+        self.fingerprint = scene_fingerprint(ref.scene_id)  # cached now, while the house is at hand
         self.lattice: Lattice = scene_lattice(ref.scene_id, mode)
         self.cells = self.lattice.cells
         self.eye_height = float(self.house.eye_height)
         self._renderer = id_renderer
         self._scene = None
         self._seg: dict[Pose, int] = {}
-        self._room_centroid: dict[Any, tuple[float, float]] = {}
         self._bfs: dict[tuple[int, int], dict[tuple[int, int], int]] = {}
 
     def close(self) -> None:
@@ -136,11 +143,7 @@ class SceneSampler:
     def centroid_for(self, cell: tuple[int, int]) -> tuple[float, float]:
         """Centroid of the reachable cells of the room that holds ``cell`` (the whole floor if none)."""
         room = self.house.room_of(cell)
-        key = getattr(room, "name", None)
-        if key not in self._room_centroid:
-            cells = [c for c in self.cells if self.house.room_of(c) is room] if room is not None else self.cells
-            self._room_centroid[key] = self.lattice.centroid(cells or self.cells)
-        return self._room_centroid[key]
+        return room.centroid if room is not None and room.cells else self.lattice.centroid()
 
     def sample_target(self, rng: np.random.Generator) -> Pose:
         ix, iz = self.cells[int(rng.integers(len(self.cells)))]
@@ -200,10 +203,10 @@ class SceneSampler:
                 if seg < lo_seg or (hi_seg is not None and seg > hi_seg):
                     continue
                 grid = self.grid_distances(target.cell)
-                starts = self._starts(target, grid, lo, hi, min(STARTS_PER_TARGET, count - len(tasks)), rng)
+                dist = oracle.distances_to(self.lattice, target)
+                starts = self._starts(target, grid, dist, lo, hi, min(STARTS_PER_TARGET, count - len(tasks)), rng)
                 if not starts:
                     continue
-                dist = oracle.distances_to(self.lattice, target)
                 for s_index, start in enumerate(starts):
                     tid = f"{self.ref.scene_id}_{difficulty}{tag}_t{t_index:02d}_s{s_index:02d}"
                     tasks.append(self.record(tid, difficulty, seg, start, target, grid[start.cell],
@@ -211,7 +214,8 @@ class SceneSampler:
                 t_index += 1
         return tasks
 
-    def _starts(self, target: Pose, grid: dict, lo: int, hi: int, n: int, rng: np.random.Generator) -> list[Pose]:
+    def _starts(self, target: Pose, grid: dict, dist: np.ndarray, lo: int, hi: int, n: int,
+                rng: np.random.Generator) -> list[Pose]:
         if self.mode == "rotate_only":  # same cell, yaw and pitch both differ (TVRBench fixed_pos)
             out = []
             for _ in range(n):
@@ -220,6 +224,11 @@ class SceneSampler:
                 out.append(Pose(target.ix, target.iz, yaw, pitch))
             return out
         cells = [c for c, d in grid.items() if lo <= d <= hi]
+        if self.mode == "move_only":
+            # at a diagonal heading every move is diagonal, so only cells of one colour of the
+            # checkerboard can be reached without turning: keep those the oracle can reach
+            cells = [c for c in cells
+                     if dist[self.lattice.state_id(Pose(c[0], c[1], target.yaw, target.pitch))] != oracle.UNREACHABLE]
         if not cells:
             return []
         cells.sort()
@@ -309,6 +318,7 @@ def make_bench(out: str | Path, cfg: BenchConfig, force: bool = False, progress:
         shutil.rmtree(tmp)
     timings: dict[str, float] = {}
     counts: dict[str, dict[str, int]] = {}
+    used: set[str] = set()
     renderer = Renderer(*SEG_SIZE)
     bar = _progress(progress, sum(cfg.sizes.values()))
     try:
@@ -319,6 +329,7 @@ def make_bench(out: str | Path, cfg: BenchConfig, force: bool = False, progress:
                 bar[0].update(bar[1], description=f"tvr bench · {split}")
             advance = (lambda n: bar[0].advance(bar[1], n)) if bar is not None else None
             tasks = generate_split(cfg, split, scenes, renderer, advance) if cfg.sizes[split] else []
+            used.update(t["scene"] for t in tasks)
             atomic_write_json(tmp / "tasks" / f"{split}.json", tasks)
             timings[split] = round(time.perf_counter() - t0, 3)
             counts[split] = {c: sum(t["category"] == c for t in tasks) for c in CATEGORIES}
@@ -326,7 +337,10 @@ def make_bench(out: str | Path, cfg: BenchConfig, force: bool = False, progress:
         if bar is not None:
             bar[0].stop()
         renderer.close()
-    atomic_write_json(tmp / "scenes.json", {s: [r.to_json() for r in refs] for s, refs in pools.items()})
+    # fingerprints of the scenes the tasks use (computed while sampling; unused pool scenes are not built)
+    atomic_write_json(tmp / "scenes.json", {
+        s: [r.to_json() | ({"fingerprint": scene_fingerprint(r.scene_id)} if r.scene_id in used else {})
+            for r in refs] for s, refs in pools.items()})
     timings["total"] = round(time.perf_counter() - t_start, 3)
     manifest = {
         "generator": GENERATOR_VERSION,
@@ -338,6 +352,7 @@ def make_bench(out: str | Path, cfg: BenchConfig, force: bool = False, progress:
         "seg_rules": {k: list(v) for k, v in SEG_RULES.items()},
         "seg_render": {"width": SEG_SIZE[0], "height": SEG_SIZE[1], "fov_deg": FOV_DEG,
                        "min_pixels": SEG_MIN_PIXELS},
+        "house_generator_version": _house_generator_version(),
         "budgets": {"single": 30, "multi": 40},
         "optimal_steps": "oracle BFS actions under the task's mode, including the final Stop",
         "counts": counts,
@@ -346,6 +361,12 @@ def make_bench(out: str | Path, cfg: BenchConfig, force: bool = False, progress:
     atomic_write_json(tmp / "bench.json", manifest)
     _swap_into_place(tmp, out)
     return manifest
+
+
+def _house_generator_version() -> int:
+    from spatialrl.worlds.houses import GENERATOR_VERSION as HOUSES_VERSION
+
+    return HOUSES_VERSION
 
 
 def _swap_into_place(tmp: Path, out: Path) -> None:
@@ -360,7 +381,14 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
 def _progress(enabled: bool, total: int):
     if not enabled:
         return None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     p = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                  TimeRemainingColumn())

@@ -20,6 +20,10 @@ Rewards (TVRBench's multi-turn GRPO reward, each component in ``info["record"]``
     d = ‖Δxz‖ + 0.25·Δyaw/45° + 0.25·Δpitch/30° (circular yaw); ``distance="geodesic"`` swaps the
     straight-line metres for walking metres along the lattice.
 
+Starting state
+    The task's start pose (``reset(options={"task": record})``, ``{"task_id": id}``, or a task drawn
+    from the pool with the env's seeded RNG); the target image is rendered at reset.
+
 Episode end
     ``terminated`` on Stop; ``truncated`` when the budget runs out (30 steps single-room, 40 multi-room),
     which is a failure even at the target pose.
@@ -28,11 +32,20 @@ Arguments
     ``bench`` (bench folder) and ``split`` give the task pool; or ``tasks`` (a list of task records).
     ``reset(options={"task": record})`` or ``{"task_id": id}`` picks a task; otherwise one is drawn from
     the pool with the env's seeded RNG. ``width``/``height``, ``badges``, ``cache_mb`` (frame LRU, 0 =
-    off), ``max_steps_single``/``max_steps_multi``, ``distance`` (``euclidean``/``geodesic``).
+    off), ``max_steps_single``/``max_steps_multi``, ``distance`` (``euclidean``/``geodesic``),
+    ``copy_frames``: by default observations and ``info["target_image"]`` are the cache's *read-only*
+    arrays (frames never change once rendered, so keeping them is safe, and a 640×360 copy per step would
+    cost more than the rest of a cached step); ``copy_frames=True`` returns fresh writable copies, which
+    gymnasium's ``check_env`` insists on.
 
 Info keys
     ``target_image, valid_actions, pose, step, max_steps, task_id, expert_response,
-    candidate_responses, record`` and, on the final step, ``episode``.
+    candidate_responses, record`` and, on the final step, ``episode``. ``expert_response`` is the
+    oracle's next action from the *current* pose (BFS over the full pose graph), so it stays optimal
+    after the agent deviates; an expert episode takes exactly ``optimal_steps`` steps (Stop included).
+
+Version history
+    v0: first version (TVRBench's lattice, actions, reward constants and success rule).
 """
 
 from __future__ import annotations
@@ -41,6 +54,7 @@ import math
 import re
 import string
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +63,41 @@ import numpy as np
 
 from spatialrl.envs.tvr import oracle
 from spatialrl.envs.tvr.lattice import ACTIONS, GRID, MODE_ACTIONS, STOP, Pose, action_kind
-from spatialrl.envs.tvr.scenes import render_service, scene_lattice
-from spatialrl.envs.tvr.tasks import Bench, task_poses, validate_tasks
+from spatialrl.envs.tvr.scenes import render_service, scene_fingerprint, scene_lattice
+from spatialrl.envs.tvr.tasks import open_bench, task_poses, validate_tasks
 from spatialrl.errors import DataError
 
 ACTION_RE = re.compile(r"Action\s*:\s*([A-Za-z]+)", re.IGNORECASE)
 _CANONICAL = {a.lower(): a for a in ACTIONS}
 CANDIDATE_RESPONSES = tuple(f"Action: {a}" for a in ACTIONS)
 POS_TOL, YAW_TOL, PITCH_TOL = 0.01, 1.0, 1.0  # TVRBench's is_exact_match tolerances
+
+
+class _TargetField:
+    """Oracle distances to one target for every state, plus a memo of the expert's action per pose."""
+
+    def __init__(self, lattice: Any, target: Pose):
+        self.lattice = lattice
+        self.dist = oracle.distances_to(lattice, target)
+        self.dist.setflags(write=False)
+        self._expert: dict[Pose, str] = {}
+
+    def expert(self, pose: Pose) -> str:
+        action = self._expert.get(pose)
+        if action is None:
+            action = self._expert[pose] = oracle.next_action(self.lattice, pose, self.dist)
+        return action
+
+
+@lru_cache(maxsize=1024)
+def _target_field(scene_id: str, mode: str, target: Pose) -> _TargetField:
+    """Cached per (scene, mode, target): RL groups and repeated evals reset to the same targets."""
+    return _TargetField(scene_lattice(scene_id, mode), target)
+
+
+@lru_cache(maxsize=256)
+def _geodesic_field(scene_id: str, mode: str, cell: tuple[int, int]) -> dict[tuple[int, int], float]:
+    return oracle.geodesic_metres(scene_lattice(scene_id, mode), cell)
 
 
 def parse_action(text: str) -> str | None:
@@ -104,7 +145,7 @@ class TVREnv(gym.Env):
                  tasks: list[dict[str, Any]] | None = None, width: int = 640, height: int = 360,
                  badges: bool = True, cache_mb: float = 512.0, max_steps_single: int = 30,
                  max_steps_multi: int = 40, distance: str = "euclidean",
-                 reward: RewardConfig | None = None, render_mode: str | None = None):
+                 reward: RewardConfig | None = None, render_mode: str | None = None, copy_frames: bool = False):
         for name, v in (("width", width), ("height", height), ("max_steps_single", max_steps_single),
                         ("max_steps_multi", max_steps_multi)):
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -113,12 +154,14 @@ class TVREnv(gym.Env):
             raise ValueError(f"TVREnv distance must be 'euclidean' or 'geodesic', got {distance!r}")
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"TVREnv render_mode must be None or 'rgb_array', got {render_mode!r}")
-        self.bench = Bench(bench) if bench is not None else None
+        self.bench = open_bench(bench) if bench is not None else None
         self.split = split
         self._pool = validate_tasks(list(tasks), "tasks=") if tasks is not None else None
         self.width, self.height, self.badges = width, height, badges
         self.budgets = {"single": max_steps_single, "multi": max_steps_multi}
         self.distance, self.reward_cfg, self.render_mode = distance, reward or RewardConfig(), render_mode
+        self.copy_frames = copy_frames
+        self._checked: set[str] = set()
         self.renderer = render_service(width, height, cache_mb)
         self.observation_space = gym.spaces.Box(0, 255, (height, width, 3), np.uint8)
         self.action_space = gym.spaces.Text(max_length=4096, min_length=0, charset=string.printable)
@@ -146,7 +189,7 @@ class TVREnv(gym.Env):
                 raise DataError(f"unknown task id {tid!r} (not in this env's tasks)")
             if self.bench is None:
                 raise DataError(f"unknown task id {tid!r}: this env has no bench to look it up in")
-            return self.bench.task(tid)
+            return self.bench.task(tid, self.split)
         pool = self._pool_tasks()
         return pool[int(self.np_random.integers(len(pool)))]
 
@@ -155,6 +198,7 @@ class TVREnv(gym.Env):
         super().reset(seed=seed)
         task = self._select_task(options or {})
         scene = task["scene"]
+        self._check_scene(scene)
         lattice = scene_lattice(scene, task["mode"])
         start, target = task_poses(task)
         for name, pose in (("start", start), ("target", target)):
@@ -163,9 +207,9 @@ class TVREnv(gym.Env):
         self.task, self.lattice, self.scene_id = task, lattice, scene
         self.start, self.target, self.pose = start, target, start
         self.max_steps = self.budgets[task["dataset"]]
-        self._dist = oracle.distances_to(lattice, target)
-        self.optimal_steps = oracle.optimal_steps(lattice, start, target, self._dist)
-        self._geo = oracle.geodesic_metres(lattice, target.cell) if self.distance == "geodesic" else None
+        self._field = _target_field(scene, task["mode"], target)
+        self.optimal_steps = oracle.optimal_steps(lattice, start, target, self._field.dist)
+        self._geo = _geodesic_field(scene, task["mode"], target.cell) if self.distance == "geodesic" else None
         self.target_image = self.renderer.frame(scene, target, "TARGET" if self.badges else None)
         self.t = 0
         self._d_min = self.pose_distance(start)
@@ -245,6 +289,16 @@ class TVREnv(gym.Env):
         return None
 
     # -- helpers --------------------------------------------------------------------------------------
+    def _check_scene(self, scene: str) -> None:
+        if self.bench is None or scene in self._checked:
+            return
+        recorded = self.bench.fingerprint(scene)
+        if recorded is not None and recorded != scene_fingerprint(scene):
+            raise DataError(f"{self.bench.root}: scene {scene} no longer matches the house this bench was made "
+                            "with (the house generator changed); regenerate the bench with "
+                            "`spatialrl tvr make-bench`")
+        self._checked.add(scene)
+
     def pose_distance(self, pose: Pose) -> float:
         """TVRBench's pose distance to the target (straight-line or geodesic position term)."""
         cfg, tgt = self.reward_cfg, self.target
@@ -256,15 +310,16 @@ class TVREnv(gym.Env):
             pose.pitch - tgt.pitch) / 30.0
 
     def _observation(self) -> np.ndarray:
-        return self.renderer.frame(self.scene_id, self.pose, "CURRENT" if self.badges else None)
+        frame = self.renderer.frame(self.scene_id, self.pose, "CURRENT" if self.badges else None)
+        return frame.copy() if self.copy_frames else frame
 
     def _house_y(self) -> float:
         return float(self.task["target"]["position"]["y"])
 
     def _info(self, record: dict[str, Any] | None) -> dict[str, Any]:
-        expert = self._expert = oracle.next_action(self.lattice, self.pose, self._dist)
+        expert = self._expert = self._field.expert(self.pose)
         info = {
-            "target_image": self.target_image,
+            "target_image": self.target_image.copy() if self.copy_frames else self.target_image,
             "valid_actions": self.lattice.valid_actions(self.pose),
             "pose": self.pose.to_dict(self._house_y()),
             "step": self.t,

@@ -145,6 +145,7 @@ class Lattice:
         self.cell_set: frozenset[tuple[int, int]] = frozenset(cells)
         self.cell_index: dict[tuple[int, int], int] = {c: i for i, c in enumerate(cells)}
         self._table: np.ndarray | None = None
+        self._valid: dict[Pose, tuple[str, ...]] = {}
         self.derived: dict[str, object] = {}  # memo of data the oracle derives from the table
 
     # -- the move rule --------------------------------------------------------------------------
@@ -178,7 +179,10 @@ class Lattice:
     def valid_actions(self, pose: Pose) -> list[str]:
         """The actions that would succeed at ``pose``, in canonical order (Stop always included), as
         TVRBench's ``get_valid_actions(include_stop=True)`` lists them to the model."""
-        return [a for a in ACTIONS if self.step(pose, a)[1]]
+        valid = self._valid.get(pose)
+        if valid is None:
+            valid = self._valid[pose] = tuple(a for a in ACTIONS if self.step(pose, a)[1])
+        return list(valid)
 
     # -- dense state numbering for the oracle ------------------------------------------------------
     @property

@@ -15,6 +15,8 @@ drawn once per (label, width) and pasted.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -39,6 +41,25 @@ def load_house(scene_id: str) -> Any:
 
     ref = SceneRef.parse(scene_id)
     return generate_house(ref.seed, ref.kind, ref.room_type)
+
+
+def house_fingerprint(house: Any) -> str:
+    """A short hash of what a bench depends on in a house (walkable cells, eye height, objects, mesh size).
+
+    Stored per scene in ``scenes.json``; the env refuses a bench whose houses no longer match (the house
+    generator changed since the bench was made), instead of silently running tasks on other rooms."""
+    payload = {
+        "reachable": sorted(map(list, house.reachable)),
+        "eye_height": float(house.eye_height),
+        "objects": [[o.instance_id, o.category] for o in house.objects],
+        "n_triangles": int(sum(m.n_triangles for m in house.meshes)),
+    }
+    return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@lru_cache(maxsize=256)
+def scene_fingerprint(scene_id: str) -> str:
+    return house_fingerprint(load_house(scene_id))
 
 
 @lru_cache(maxsize=64)
@@ -106,7 +127,7 @@ class _Backend:
 
     width: int
     height: int
-    max_scenes: int = 4
+    max_scenes: int = 16
     _renderer: Any = None
     _scenes: OrderedDict = field(default_factory=OrderedDict)
 
@@ -157,9 +178,6 @@ class RenderService:
     def backend(self) -> _Backend:
         return _backend(self.width, self.height)
 
-    def house(self, scene_id: str) -> Any:
-        return load_house(scene_id)
-
     def render_raw(self, scene_id: str, poses: list[Pose]) -> np.ndarray:
         """Colour frames (N, H, W, 3) of ``poses``, uncached and without badges (one batched call)."""
         up = self.backend.scene(scene_id)
@@ -199,10 +217,3 @@ def render_service(width: int, height: int, cache_mb: float = 512.0) -> RenderSe
     if key not in _SERVICES:
         _SERVICES[key] = RenderService(width, height, cache_frames=cache_frames)
     return _SERVICES[key]
-
-
-def seg_count(ids: np.ndarray, min_pixels: int = SEG_MIN_PIXELS) -> int:
-    """Visible non-structural objects in an instance-id frame (TVRBench's ``seg_count``): distinct
-    non-zero ids covering at least ``min_pixels`` pixels (id 0 = walls, floor, ceiling, background)."""
-    values, counts = np.unique(np.asarray(ids).ravel(), return_counts=True)
-    return int(((values != 0) & (counts >= min_pixels)).sum())

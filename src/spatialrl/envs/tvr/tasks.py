@@ -12,8 +12,9 @@ A bench folder::
     scenes.json               split -> [{scene, kind, room_type, seed}]
     tasks/{eval,sft,rl,diag_rotate,diag_move}.json
 
-A scene id names its generator inputs (``single-kitchen-004211``, ``multi-2room-000731``), so a bench
-rebuilds every house from its files alone.
+A scene id names its generator inputs, ``<kind>-<room type>-<6-digit seed>`` → ``generate_house(seed,
+kind, room_type)`` (``single-kitchen-004211``: one kitchen; ``multi-bedroom-000731``: a 2–3-room house
+whose first room is a bedroom), so a bench rebuilds every house from its files alone.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ CATEGORIES = tuple(f"{d}-{k}" for d in DATASETS for k in DIFFICULTIES)
 SPLITS = ("eval", "sft", "rl", "diag_rotate", "diag_move")
 TASK_FIELDS = ("task_id", "dataset", "scene", "difficulty", "seg_count", "bfs_distance", "target", "start",
                "optimal_steps", "category", "mode")
-SCENE_ID = re.compile(r"^(single|multi)-([a-z0-9_]+)-(\d{6})$")
+SCENE_ID = re.compile(r"^(single|multi)-([a-z_]+)-(\d{6})$")
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class SceneRef:
     """What it takes to rebuild a scene: generator kind, room type and seed."""
 
     kind: str  # "single" | "multi"
-    room_type: str  # single: kitchen/living_room/bedroom/bathroom; multi: "2room" / "3room"
+    room_type: str  # kitchen / living_room / bedroom / bathroom (a house's first room)
     seed: int
 
     @property
@@ -52,11 +53,13 @@ class SceneRef:
 
     @classmethod
     def parse(cls, scene_id: str) -> SceneRef:
+        from spatialrl.worlds.layout import ROOM_TYPES
+
         m = SCENE_ID.match(scene_id) if isinstance(scene_id, str) else None
-        if m is None:
+        if m is None or m.group(2) not in ROOM_TYPES:
             raise DataError(
-                f"unknown scene id {scene_id!r}: expected '<single|multi>-<room type>-<6-digit seed>', "
-                "e.g. 'single-kitchen-004211'"
+                f"unknown scene id {scene_id!r}: expected '<single|multi>-<room type>-<6-digit seed>' with a "
+                f"room type in {', '.join(ROOM_TYPES)}, e.g. 'single-kitchen-004211'"
             )
         return cls(kind=m.group(1), room_type=m.group(2), seed=int(m.group(3)))
 
@@ -193,6 +196,8 @@ class Bench:
                             "make one with `spatialrl tvr make-bench --out DIR`")
         self._tasks: dict[str, list[dict[str, Any]]] = {}
         self._by_id: dict[str, dict[str, Any]] | None = None
+        self._split_index: dict[str, dict[str, dict[str, Any]]] = {}
+        self._fingerprints: dict[str, str | None] | None = None
 
     @cached_property
     def manifest(self) -> dict[str, Any]:
@@ -201,6 +206,14 @@ class Bench:
     @cached_property
     def scenes(self) -> dict[str, list[dict[str, Any]]]:
         return _read_json(self.root / "scenes.json")
+
+    def fingerprint(self, scene_id: str) -> str | None:
+        """The house fingerprint recorded for ``scene_id`` when the bench was made (None if absent)."""
+        if self._fingerprints is None:
+            raw = self.scenes if isinstance(self.scenes, dict) else {}
+            self._fingerprints = {e.get("scene"): e.get("fingerprint") for refs in raw.values()
+                                  if isinstance(refs, list) for e in refs if isinstance(e, dict)}
+        return self._fingerprints.get(scene_id)
 
     def splits(self) -> list[str]:
         return [s for s in SPLITS if (self.root / "tasks" / f"{s}.json").is_file()]
@@ -214,13 +227,32 @@ class Bench:
             self._tasks[split] = load_tasks(path)
         return self._tasks[split]
 
-    def task(self, task_id: str) -> dict[str, Any]:
-        """Find a task by id in any split."""
+    def task(self, task_id: str, split: str | None = None) -> dict[str, Any]:
+        """Find a task by id: in ``split`` first (cheap), then in every split."""
+        if split is not None and split in self.splits():
+            if split not in self._split_index:
+                self._split_index[split] = {t["task_id"]: t for t in self.tasks(split)}
+            if task_id in self._split_index[split]:
+                return self._split_index[split][task_id]
         if self._by_id is None:
             self._by_id = {t["task_id"]: t for s in self.splits() for t in self.tasks(s)}
         if task_id not in self._by_id:
             raise DataError(f"{self.root}: unknown task id {task_id!r}")
         return self._by_id[task_id]
+
+
+_OPEN: dict[tuple[str, int], Bench] = {}
+
+
+def open_bench(root: str | Path) -> Bench:
+    """A shared :class:`Bench` per folder (and manifest version), so the env slots of one process load and
+    validate the task files once."""
+    root = Path(root)
+    manifest = root / "bench.json"
+    key = (str(root.resolve()), manifest.stat().st_mtime_ns if manifest.is_file() else 0)
+    if key not in _OPEN:
+        _OPEN[key] = Bench(root)
+    return _OPEN[key]
 
 
 def _read_json(path: Path) -> Any:

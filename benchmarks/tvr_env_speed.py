@@ -1,0 +1,147 @@
+"""TVR env speed: steps/s with rendering at 640x360, frame cache off and warm; bench generation time.
+
+    python benchmarks/tvr_env_speed.py [--steps-off 300] [--steps-warm 5000] [--fraction 0.1 | --full]
+
+Prints a table and writes benchmarks/results/tvr_env_speed-<machine>.json.
+
+* Actions are random *valid* non-Stop answers ("Action: X" drawn from ``info["valid_actions"]``), so
+  episodes end by budget (30/40 steps) and resets (two frames: start and target) are part of the rate.
+* "cache off" = ``cache_mb=0``: every observation is rendered. "cache warm" replays the identical
+  trajectories a second time with a cache large enough to hold them, so every frame is a hit: what is
+  left is the env's own work (parsing, move rule, oracle look-up, rewards, info).
+* The full default benchmark (500 eval + 1,600 SFT + 4,800 RL + 2x100 diagnostic tasks over 240 scenes)
+  takes minutes here, so by default a 1/10 fraction is generated (every size and scene count x0.1, the
+  same tasks per scene) and the total is extrapolated linearly; ``--full`` measures the real thing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from spatialrl.envs.tvr.bench import DEFAULT_SCENES, DEFAULT_SIZES, BenchConfig, make_bench
+from spatialrl.envs.tvr.env import TVREnv
+from spatialrl.envs.tvr.scenes import render_service
+from spatialrl.envs.tvr.tasks import Bench, task_poses
+
+W, H = 640, 360
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.node()} ({os.cpu_count()} cpu, {cpu})"
+
+
+def random_walk(env: TVREnv, task_ids: list[str], n_steps: int, seed: int) -> float:
+    """Steps/s of ``n_steps`` random valid non-Stop answers, cycling through ``task_ids``."""
+    rng = np.random.default_rng(seed)
+    k = 0
+    t0 = time.perf_counter()
+    obs, info = env.reset(options={"task_id": task_ids[0]})
+    for _ in range(n_steps):
+        valid = info["valid_actions"][:-1]
+        obs, reward, term, trunc, info = env.step("Action: " + valid[int(rng.integers(len(valid)))])
+        if term or trunc:
+            k += 1
+            obs, info = env.reset(options={"task_id": task_ids[k % len(task_ids)]})
+    return n_steps / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps-off", type=int, default=300, help="steps measured with the cache off")
+    ap.add_argument("--steps-warm", type=int, default=5000, help="steps measured with a warm cache")
+    ap.add_argument("--fraction", type=float, default=0.1, help="fraction of the default bench to generate")
+    ap.add_argument("--full", action="store_true", help="generate the full default bench instead")
+    args = ap.parse_args()
+    rows: list[dict] = []
+
+    def add(name: str, unit: str, value: float) -> None:
+        rows.append({"measurement": name, "unit": unit, "value": value})
+        print(f"  {name}: {value:.1f} {unit}", flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        # ---- bench generation --------------------------------------------------------------------
+        frac = 1.0 if args.full else args.fraction
+        sizes = {k: max(1, round(v * frac)) for k, v in DEFAULT_SIZES.items()}
+        scenes = {k: max(1, round(v * frac)) for k, v in DEFAULT_SCENES.items()}
+        bench_dir = Path(tmp) / "bench"
+        t0 = time.perf_counter()
+        manifest = make_bench(bench_dir, BenchConfig.preset(seed=0, sizes=sizes, scenes=scenes), progress=True)
+        seconds = time.perf_counter() - t0
+        n_tasks = sum(sum(c.values()) for c in manifest["counts"].values())
+        label = "full default" if args.full else f"{frac:g} fraction"
+        add(f"bench generation, {label} ({n_tasks} tasks, {2 * sum(scenes.values())} scenes)", "s", seconds)
+        add("bench generation rate", "tasks/s", n_tasks / seconds)
+        if not args.full:
+            add("full default bench (6,900 tasks, 240 scenes), extrapolated linearly", "s", seconds / frac)
+
+        # ---- env speed ---------------------------------------------------------------------------
+        bench = Bench(bench_dir)
+        tasks = bench.tasks("eval")
+        ids = [t["task_id"] for t in tasks]
+        service = render_service(W, H, cache_mb=0)
+        sample = tasks[:20]
+        poses = [task_poses(t)[0] for t in sample]
+        for t in {t["scene"]: t for t in sample}.values():  # upload every scene before timing
+            service.render_raw(t["scene"], [task_poses(t)[1]])
+        t0 = time.perf_counter()
+        for t, p in zip(sample, poses, strict=True):
+            service.render_raw(t["scene"], [p])
+        add(f"raw render {W}x{H}, one frame per call", "frames/s", len(poses) / (time.perf_counter() - t0))
+
+        env_off = TVREnv(bench=bench_dir, split="eval", width=W, height=H, cache_mb=0)
+        random_walk(env_off, ids, 30, seed=99)  # upload the scenes, compile shaders
+        add(f"env step {W}x{H}, cache off", "steps/s", random_walk(env_off, ids, args.steps_off, seed=1))
+
+        frame_mb = W * H * 3 / 2**20
+        env_warm = TVREnv(bench=bench_dir, split="eval", width=W, height=H,
+                          cache_mb=frame_mb * (args.steps_warm + 2 * len(ids) + 100))
+        random_walk(env_warm, ids, args.steps_warm, seed=2)  # fill the cache
+        hits0, misses0 = env_warm.renderer.hits, env_warm.renderer.misses
+        add(f"env step {W}x{H}, cache warm", "steps/s", random_walk(env_warm, ids, args.steps_warm, seed=2))
+        assert env_warm.renderer.misses == misses0, "warm pass rendered frames: cache too small"
+        add("warm pass frame-cache hits", "hits", env_warm.renderer.hits - hits0)
+
+    width = max(len(r["measurement"]) for r in rows)
+    print(f"\n{'measurement':<{width}}  {'value':>10}  unit")
+    for r in rows:
+        print(f"{r['measurement']:<{width}}  {r['value']:>10.1f}  {r['unit']}")
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = None
+    result = {
+        "benchmark": "tvr_env_speed",
+        "machine": machine(),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "git_commit": commit,
+        "load_average_1m_at_end": os.getloadavg()[0],
+        "image_size": [W, H],
+        "bench": {"fraction": 1.0 if args.full else args.fraction, "sizes": sizes, "scenes_per_family": scenes},
+        "rows": rows,
+    }
+    out = Path(__file__).parent / "results" / f"tvr_env_speed-{platform.node() or 'machine'}.json"
+    from spatialrl.io import atomic_write_json
+
+    atomic_write_json(out, result)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""`spatialrl tvr ...`: build a TVR benchmark folder and look at its tasks. No torch imports here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from spatialrl.errors import SpatialRLError
+
+app = typer.Typer(help="Target Viewpoint Reproduction (TVRBench): benchmark generation and inspection.",
+                  no_args_is_help=True)
+
+
+@app.command("make-bench")
+def make_bench_command(
+    out: Annotated[Path, typer.Option(help="Bench folder to create.")],
+    tiny: Annotated[bool, typer.Option(help="A few tasks per category from a handful of scenes (seconds).")] = False,
+    seed: Annotated[int, typer.Option(help="Bench seed: scene seeds and every sample derive from it.")] = 0,
+    sizes: Annotated[str | None, typer.Option(
+        help="Override task counts, e.g. 'eval=500,sft=1600,rl=4800,diag_rotate=100,diag_move=100'.")] = None,
+    scenes: Annotated[str | None, typer.Option(
+        help="Override scenes per split and family, e.g. 'sft=20,eval=40,rl=60'.")] = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing folder.")] = False,
+) -> None:
+    """Generate scene splits and the eval / SFT / RL / diagnostic task files (atomically)."""
+    from rich.console import Console
+
+    from spatialrl.envs.tvr.bench import BenchConfig, make_bench, parse_counts
+
+    console = Console()
+    try:
+        cfg = BenchConfig.preset(tiny=tiny, seed=seed, sizes=parse_counts(sizes), scenes=parse_counts(scenes))
+        manifest = make_bench(out, cfg, force=force)
+    except (SpatialRLError, ValueError) as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    total = sum(sum(c.values()) for c in manifest["counts"].values())
+    console.print(f"[green]{total} tasks in {manifest['timings_s']['total']:.1f}s → {out}[/green]")
+    for split, counts in manifest["counts"].items():
+        console.print(f"  {split}: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v))
+
+
+@app.command("show")
+def show_command(
+    task_id: Annotated[str, typer.Argument(help="Task id, e.g. single-kitchen-004211_easy_t00_s00.")],
+    bench: Annotated[Path, typer.Option(help="Bench folder.")],
+    out: Annotated[Path, typer.Option(help="PNG to write.")],
+    width: Annotated[int, typer.Option(help="Image width.")] = 640,
+    height: Annotated[int, typer.Option(help="Image height.")] = 360,
+) -> None:
+    """Write a PNG with the task's start and target views above its floor plan."""
+    from rich.console import Console
+
+    from spatialrl.envs.tvr.report import show_task_png
+
+    console = Console()
+    try:
+        if width <= 0 or height <= 0:
+            raise ValueError(f"image size must be positive, got {width}x{height}")
+        path = show_task_png(bench, task_id, out, width, height)
+    except (SpatialRLError, ValueError) as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    console.print(f"[green]wrote {path}[/green]")

@@ -1,0 +1,121 @@
+"""The TVR task suite: how the generic eval runner, SFT data builder and RL loops meet TVR.
+
+Options (``--data``, ``--split``, ``--set key=value``):
+
+``data`` bench folder · ``split`` eval|sft|rl|diag_rotate|diag_move · ``memory`` va|ao|window ·
+``cot`` · ``target_once`` · ``history_len`` (AO) · ``window`` (window memory) · ``width``/``height`` ·
+``badges`` · ``cache_mb`` · ``distance`` euclidean|geodesic · ``max_steps_single``/``max_steps_multi`` ·
+``limit`` (episodes, taken round-robin over categories so a small limit still covers all four) ·
+``categories`` (list or comma-separated, e.g. ``single-easy,multi-hard``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spatialrl.envs.registry import EpisodeSpec, TaskSuite, register_suite
+from spatialrl.envs.tvr import metrics
+from spatialrl.envs.tvr.prompts import TVRPrompter
+from spatialrl.envs.tvr.tasks import CATEGORIES, open_bench
+from spatialrl.errors import DataError
+
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "data": None,
+    "split": "eval",
+    "memory": "va",
+    "cot": False,
+    "target_once": False,
+    "history_len": 5,
+    "window": 4,
+    "width": 640,
+    "height": 360,
+    "badges": True,
+    "cache_mb": 512,
+    "distance": "euclidean",
+    "max_steps_single": 30,
+    "max_steps_multi": 40,
+    "limit": None,
+    "categories": None,
+}
+_KNOWN = set(DEFAULT_OPTIONS)
+
+
+def _options(options: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(options) - _KNOWN
+    if unknown:
+        raise DataError(f"unknown TVR option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_KNOWN))}")
+    opts = {**DEFAULT_OPTIONS, **options}
+    if not opts["data"]:
+        raise DataError("TVR needs a bench folder: --data DIR (make one with `spatialrl tvr make-bench --out DIR`)")
+    return opts
+
+
+def _categories(value: Any) -> list[str] | None:
+    if value in (None, "", []):
+        return None
+    cats = [c.strip() for c in value.split(",")] if isinstance(value, str) else [str(c) for c in value]
+    bad = [c for c in cats if c not in CATEGORIES]
+    if bad:
+        raise DataError(f"unknown TVR categories {bad}; expected some of {', '.join(CATEGORIES)}")
+    return cats
+
+
+def make_env(options: dict[str, Any]):
+    from spatialrl.envs.tvr.env import TVREnv
+
+    o = _options(options)
+    return TVREnv(bench=o["data"], split=o["split"], width=o["width"], height=o["height"], badges=o["badges"],
+                  cache_mb=o["cache_mb"], max_steps_single=o["max_steps_single"],
+                  max_steps_multi=o["max_steps_multi"], distance=o["distance"])
+
+
+def make_prompter(options: dict[str, Any]) -> TVRPrompter:
+    o = {**DEFAULT_OPTIONS, **options}
+    return TVRPrompter(memory=o["memory"], cot=bool(o["cot"]), target_once=bool(o["target_once"]),
+                       history_len=int(o["history_len"]), window=int(o["window"]))
+
+
+def episodes(options: dict[str, Any]) -> list[EpisodeSpec]:
+    """One episode per task of the split (id = task_id, category = task category)."""
+    o = _options(options)
+    tasks = open_bench(o["data"]).tasks(o["split"])
+    cats = _categories(o["categories"])
+    if cats is not None:
+        tasks = [t for t in tasks if t["category"] in cats]
+    limit = o["limit"]
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise DataError(f"TVR option limit must be an integer >= 0, got {limit!r}")
+        by_cat: dict[str, list[dict[str, Any]]] = {}
+        for t in tasks:
+            by_cat.setdefault(t["category"], []).append(t)
+        picked: list[dict[str, Any]] = []
+        queues = [list(v) for _, v in sorted(by_cat.items())]
+        while len(picked) < limit and any(queues):
+            for q in queues:
+                if q and len(picked) < limit:
+                    picked.append(q.pop(0))
+        order = {t["task_id"]: i for i, t in enumerate(tasks)}
+        tasks = sorted(picked, key=lambda t: order[t["task_id"]])
+    return [EpisodeSpec(episode_id=t["task_id"], category=t["category"], reset_options={"task_id": t["task_id"]})
+            for t in tasks]
+
+
+def render_episode(episode: dict[str, Any], steps: list[dict[str, Any]], options: dict[str, Any], asset_dir: Any) -> str:
+    from spatialrl.envs.tvr.report import render_episode as _render
+
+    return _render(episode, steps, options, asset_dir)
+
+
+SUITE = register_suite(
+    TaskSuite(
+        name="tvr",
+        description="Target Viewpoint Reproduction (TVRBench): match a target view, then Stop",
+        make_env=make_env,
+        make_prompter=make_prompter,
+        episodes=episodes,
+        summarize=metrics.summarize,
+        render_episode=render_episode,
+        default_options=dict(DEFAULT_OPTIONS),
+    )
+)
