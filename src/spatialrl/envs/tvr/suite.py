@@ -107,6 +107,21 @@ def render_episode(episode: dict[str, Any], steps: list[dict[str, Any]], options
     return _render(episode, steps, options, asset_dir)
 
 
+# The paper's human protocol: W/S/A/D move, Q/E rotate, R/F look, Space stops.
+HUMAN_KEYS = {"MoveAhead": "w", "MoveBack": "s", "MoveLeft": "a", "MoveRight": "d", "RotateLeft": "q",
+              "RotateRight": "e", "LookUp": "r", "LookDown": "f", "Stop": " "}
+
+
+def human_view(obs: Any, info: dict[str, Any]) -> dict[str, Any]:
+    """The play page: current view beside the target, the nine actions on their keys."""
+    valid = info.get("valid_actions", [])
+    return {
+        "images": [{"label": "current view", "image": obs}, {"label": "target view", "image": info["target_image"]}],
+        "texts": [{"label": "valid actions", "text": ", ".join(valid)}],
+        "actions": [{"label": name, "response": f"Action: {name}", "key": key} for name, key in HUMAN_KEYS.items()],
+    }
+
+
 SUITE = register_suite(
     TaskSuite(
         name="tvr",
@@ -116,6 +131,7 @@ SUITE = register_suite(
         episodes=episodes,
         summarize=metrics.summarize,
         render_episode=render_episode,
+        human_view=human_view,
         default_options=dict(DEFAULT_OPTIONS),
     )
 )

@@ -183,6 +183,31 @@ def render_episode(episode: dict[str, Any], steps: list[dict[str, Any]], options
     return "".join(parts)
 
 
+def human_view(obs: Any, info: dict[str, Any]) -> dict[str, Any]:
+    """The play page: the 2×2 street-view grid (VL), the instructions and history, one button per action.
+
+    A button sends the expert's answer format with the chosen action; its "current observation" field is
+    the oracle's, so a human is judged on the action, as the paper's human protocol does.
+    """
+    import re
+
+    texts = [{"label": "instructions", "text": str(info.get("global_instruction", ""))},
+             {"label": "history", "text": str(info.get("obs_act_seq", ""))}]
+    if info.get("Verify Info"):
+        texts.append({"label": "last answer", "text": str(info["Verify Info"])})
+    if not isinstance(obs, str):
+        images = [{"label": "street views (2×2 grid of the four directions)", "image": obs}]
+    else:
+        images = []
+        texts.insert(0, {"label": "observation", "text": obs})
+    actions = []
+    for i, response in enumerate(info.get("candidate_responses", [])):
+        found = re.search(r'"action": "(.*?)"', response)  # the expert format is JSON-like, not strict JSON
+        label = found.group(1) if found else response
+        actions.append({"label": label, "response": response, "key": "1234567890"[i] if i < 10 else None})
+    return {"images": images, "texts": texts, "actions": actions}
+
+
 SUITE = register_suite(
     TaskSuite(
         name="virl",
@@ -193,6 +218,7 @@ SUITE = register_suite(
         summarize=summarize,
         render_episode=render_episode,
         after_run=after_run,
+        human_view=human_view,
         default_options=dict(DEFAULTS),
     )
 )
