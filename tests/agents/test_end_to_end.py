@@ -56,7 +56,7 @@ class TagPrompter:
         rec = info["record"]
         self.msgs.append({"role": "user", "content": [
             {"type": "image", "image": obs},
-            {"type": "text", "text": f"id={rec['tag']} turn {rec["turn"]} {rec['marker']}"}]})
+            {"type": "text", "text": f"id={rec['tag']} turn {rec['turn']} {rec['marker']}"}]})
 
     def update(self, response, obs, info):
         self.msgs.append({"role": "assistant", "content": [{"type": "text", "text": response}]})
@@ -134,22 +134,55 @@ def test_expert_and_random_through_loader(spec, tmp_path):
         assert result.env_steps == 8
 
 
-def _suite_or_skip(task: str):
+@pytest.fixture(scope="module", params=["tvr", "virl"])
+def real_task(request, tmp_path_factory) -> tuple[TaskSuite, dict]:
+    """The suite and options of a small generated task (skips while a task's suite is not written)."""
+    task = request.param
     if importlib.util.find_spec(f"spatialrl.envs.{task}.suite") is None:
         pytest.skip(f"the {task} suite is not written yet")
     from spatialrl.envs.registry import get_suite
 
-    return get_suite(task)
-
-
-@pytest.mark.parametrize("task", ["tvr", "virl"])
-def test_builtin_policy_on_real_task(task, tmp_path):
-    """builtin:tiny-random through a generated TVR / V-IRL task: real prompts with real images."""
-    suite = _suite_or_skip(task)
+    suite = get_suite(task)
     options = dict(suite.default_options)
+    tmp = tmp_path_factory.mktemp(task)
+    if task == "tvr":
+        from spatialrl.envs.tvr.bench import BenchConfig, make_bench
+
+        sizes = {"eval": 2, "sft": 0, "rl": 0, "diag_rotate": 0, "diag_move": 0}
+        make_bench(tmp / "bench", BenchConfig.preset(seed=7, sizes=sizes, scenes={"sft": 0, "eval": 1, "rl": 0}),
+                   progress=False)
+        options.update(data=str(tmp / "bench"), width=160, height=90)
+    else:
+        from spatialrl.envs.virl.testdata import random_routes, write_dataset
+
+        data = write_dataset(tmp / "city", random_routes(3, seed=3), seed=1)
+        options.update(data=str(data), grid_size=448, limit=2)
+    return suite, options
+
+
+@pytest.mark.parametrize("agent", ["builtin:tiny-random", "openai", "expert", "random"])
+def test_every_policy_type_on_real_task(real_task, agent, tmp_path):
+    """Each policy type through a generated TVR / V-IRL task: real prompts with real images."""
+    suite, options = real_task
     specs = suite.episodes(options)[:2]
-    policy = load_policy("builtin:tiny-random", device="cpu")
-    result = run_episodes(suite, options, policy, specs, batch_size=2, sampling=SamplingParams(max_new_tokens=8),
-                          out_dir=tmp_path, max_turns=3, progress=False)
+    sampling = SamplingParams(max_new_tokens=8)
+    with FaultyServer() as server:
+        spec = f"openai:m@{server.url}" if agent == "openai" else agent
+        policy = load_policy(spec, device="cpu", seed=0) if agent.startswith("builtin") else load_policy(spec, seed=0)
+        # model agents answer garbage (random weights / an echo server): cap them at 3 turns
+        max_turns = 1000 if agent in ("expert", "random") else 3
+        result = run_episodes(suite, options, policy, specs, batch_size=2, sampling=sampling, out_dir=tmp_path,
+                              max_turns=max_turns, progress=False)
     assert result.new_episodes == 2 and result.env_steps >= 2
-    assert policy.usage["prompt_tokens"] > 0
+    records = list(read_jsonl(tmp_path / "episodes.jsonl"))
+    assert len(records) == 2 and all(r["error"] is None or "safety cap" in r["error"] for r in records)
+    if agent == "expert":
+        assert all(r["success"] for r in records)
+    steps = list(read_jsonl(tmp_path / "steps.jsonl"))
+    assert len(steps) == result.env_steps
+    if agent.startswith("builtin"):
+        assert policy.usage["prompt_tokens"] > 0 and all(s["completion_tokens"] >= 1 for s in steps)
+    if agent == "openai":
+        # every request carried the task's image(s), decoded by the server from base64 data URLs
+        assert len(server.served) == result.env_steps
+        assert all(s["response"].split("images=")[1] for s in steps)

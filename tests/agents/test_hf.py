@@ -101,6 +101,22 @@ def test_tokens_and_logprobs_match_teacher_forcing(policy: HFPolicy, sampling: S
         assert gen.text == policy.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
 
 
+def test_collate_equals_batched_processor(policy: HFPolicy):
+    """Per-conversation processing + our collation == one batched processor call, tensor for tensor."""
+    convs = conversations()
+    prepared = [policy._prepare(c) for c in convs]
+    ours = policy._encode(prepared)
+    images = [p.images for p in prepared]
+    flat = [im for p in prepared for im in p.images]
+    theirs = policy.processor(text=[p.text for p in prepared], padding=True, return_tensors="pt",
+                              add_special_tokens=False,
+                              images=images if policy.family not in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl") else flat)
+    assert set(ours.keys()) == set(theirs.keys())
+    for key in theirs:
+        assert ours[key].dtype == theirs[key].dtype, key
+        assert torch.equal(ours[key], theirs[key]), key
+
+
 def test_batch_equals_one_by_one(policy: HFPolicy):
     """Left padding must not change what a conversation gets: batched == alone."""
     convs = conversations(seed=1)

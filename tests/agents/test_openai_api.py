@@ -22,13 +22,13 @@ def conv(text: str, images: tuple[tuple[int, int], ...] = ()) -> list[dict]:
 
 @pytest.fixture
 def server():
-    with FaultyServer(slow_seconds=1.5) as s:
+    with FaultyServer(slow_seconds=2.5) as s:
         yield s
 
 
 def test_retries_and_per_conversation_failure(server: FaultyServer, monkeypatch):
     monkeypatch.setenv("TEST_KEY", "sk-test")
-    policy = OpenAIPolicy("m", base_url=server.url, api_key_env="TEST_KEY", concurrency=4, timeout=0.5,
+    policy = OpenAIPolicy("m", base_url=server.url, api_key_env="TEST_KEY", concurrency=4, timeout=1.0,
                           max_retries=3, backoff_base=0.01, backoff_max=0.05)
     convs = [
         conv("id=ok plain", images=((32, 24),)),

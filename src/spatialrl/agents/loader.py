@@ -68,13 +68,13 @@ def load_policy(
 
         return HFPolicy.from_pretrained(path, device=device, dtype=_torch_dtype(dtype), **kwargs)
     if kind == "builtin":
-        return load_builtin_policy(rest, device=device, dtype=dtype, seed=seed, **kwargs)
+        return load_builtin_policy(rest, device=device, dtype=dtype, **kwargs)
     raise DataError(f"unknown agent spec {spec!r}; expected {SPEC_HELP}")
 
 
-def load_builtin_policy(name: str, *, device: str | None = None, dtype: str | None = None, seed: int = 0,
-                        **kwargs: Any) -> Policy:
-    """``builtin:NAME``: a shipped trained model, or ``<preset>-random`` built on the fly."""
+def load_builtin_policy(name: str, *, device: str | None = None, dtype: str | None = None, **kwargs: Any) -> Policy:
+    """``builtin:NAME``: a shipped trained model, or ``<preset>-random`` built on the fly with weight seed 0
+    (fixed, so ``builtin:tiny-random`` names one model whatever the run's sampling seed)."""
     from spatialrl.models.builtin import resolve_builtin
 
     target = resolve_builtin(name)
@@ -85,7 +85,7 @@ def load_builtin_policy(name: str, *, device: str | None = None, dtype: str | No
         return HFPolicy.from_pretrained(target, device=device, dtype=_torch_dtype(dtype), **kwargs)
     from spatialrl.models.builtin import build_model
 
-    model, processor, _ = build_model(target, seed=seed)
+    model, processor, _ = build_model(target, seed=0)
     return HFPolicy(model, processor, device=device, dtype=_torch_dtype(dtype), **kwargs)
 
 

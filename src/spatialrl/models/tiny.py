@@ -23,7 +23,12 @@ from spatialrl.models.processor import (
     NoVideoQwen3VLProcessor,
     NoVideoSmolVLMProcessor,
 )
-from spatialrl.models.tokenizer import GENERIC_CORPUS, QWEN_CHAT_TEMPLATE, QWEN_SPECIAL_TOKENS, train_bpe_tokenizer
+from spatialrl.models.tokenizer import (
+    GENERIC_CORPUS,
+    QWEN_CHAT_TEMPLATE,
+    QWEN_SPECIAL_TOKENS,
+    train_bpe_tokenizer,
+)
 
 VOCAB = 400
 TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
