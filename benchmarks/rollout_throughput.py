@@ -151,14 +151,14 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def timed_row(suite, options, policy, episodes, batch_size, sampling, budget_s) -> dict[str, float]:
+def timed_row(suite, options, policy, episodes, batch_size, sampling, budget_s, env_threads=1) -> dict[str, float]:
     """Run episodes with ``policy`` at ``batch_size`` for about ``budget_s`` seconds; steps/min and split."""
     from spatialrl.rollout.runner import run_episodes
 
     timed = Timed(policy, budget_s)
     try:
         run_episodes(suite, options, timed, episodes, batch_size=batch_size, sampling=sampling, progress=False,
-                     on_turn=timed.on_turn)
+                     on_turn=timed.on_turn, env_threads=env_threads)
         timed.stop = time.perf_counter()
     except _OutOfTime:
         pass
@@ -232,6 +232,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None,
                     help="torch CPU threads (1 on a shared CPU: spinning OpenMP threads of a busy machine "
                          "made 64-token generation 6x slower there)")
+    ap.add_argument("--env-threads", type=int, default=min(16, os.cpu_count() or 1),
+                    help="threads stepping the batch's envs (V-IRL envs are thread-safe)")
     ap.add_argument("--out", default=None, help="result JSON (default benchmarks/results/rollout_throughput-<machine>.json)")
     args = ap.parse_args()
 
@@ -260,7 +262,7 @@ def main() -> None:
     episodes = suite.episodes(options)
 
     env_only = timed_row(suite, options, RandomPolicy(seed=0), episodes, max(args.batch_sizes), sampling,
-                         args.row_seconds / 2)
+                         args.row_seconds / 2, args.env_threads)
     env_rate = env_only["steps_per_min"]
     print(f"env + prompts only (random agent; warms the grid cache): {env_rate:,.0f} steps/min "
           f"({env_only['env_steps']} steps)")
@@ -272,7 +274,7 @@ def main() -> None:
     rows = []
     for bs in args.batch_sizes:
         usage0 = dict(policy.usage)
-        row = timed_row(suite, options, policy, episodes, bs, sampling, args.row_seconds)
+        row = timed_row(suite, options, policy, episodes, bs, sampling, args.row_seconds, args.env_threads)
         requests = policy.usage["requests"] - usage0["requests"]
         row["mean_prompt_tokens"] = (policy.usage["prompt_tokens"] - usage0["prompt_tokens"]) / max(1, requests)
         row["oom_splits"] = policy.usage["oom_splits"] - usage0["oom_splits"]

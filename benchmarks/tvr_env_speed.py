@@ -62,12 +62,38 @@ def random_walk(env: TVREnv, task_ids: list[str], n_steps: int, seed: int) -> fl
     return n_steps / (time.perf_counter() - t0)
 
 
+def _worker(args: tuple[str, list[str], int, int]) -> tuple[int, float, float]:
+    """One process: its own env (own GL context), a warm-up, then a timed cache-off random walk."""
+    bench_dir, ids, n_steps, seed = args
+    env = TVREnv(bench=bench_dir, split="eval", width=W, height=H, cache_mb=0)
+    random_walk(env, ids, 30, seed=seed + 1000)
+    t0 = time.time()
+    random_walk(env, ids, n_steps, seed=seed)
+    return n_steps, t0, time.time()
+
+
+def parallel_walk(bench_dir: Path, ids: list[str], workers: int, n_steps: int) -> float:
+    """Aggregate cache-off steps/s of ``workers`` env processes stepping at the same time (a vector env
+    of independent processes, as a batched rollout uses them)."""
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(workers) as pool:
+        parts = pool.map(_worker, [(str(bench_dir), ids, n_steps, i) for i in range(workers)])
+    start, end = max(p[1] for p in parts), min(p[2] for p in parts)
+    if end <= start:
+        raise RuntimeError("the worker processes did not run at the same time; raise --steps-off")
+    return sum(p[0] / (p[2] - p[1]) for p in parts)  # every worker's rate, measured while all ran
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps-off", type=int, default=300, help="steps measured with the cache off")
     ap.add_argument("--steps-warm", type=int, default=5000, help="steps measured with a warm cache")
     ap.add_argument("--fraction", type=float, default=0.1, help="fraction of the default bench to generate")
     ap.add_argument("--full", action="store_true", help="generate the full default bench instead")
+    ap.add_argument("--workers", type=int, nargs="*", default=[],
+                    help="also measure cache-off steps/s with N env processes in parallel (e.g. 4 8 16)")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results"), help="results folder")
     args = ap.parse_args()
     rows: list[dict] = []
 
@@ -117,6 +143,9 @@ def main() -> None:
         add(f"env step {W}x{H}, cache warm", "steps/s", random_walk(env_warm, ids, args.steps_warm, seed=2))
         assert env_warm.renderer.misses == misses0, "warm pass rendered frames: cache too small"
         add("warm pass frame-cache hits", "hits", env_warm.renderer.hits - hits0)
+        for n in args.workers:
+            add(f"env step {W}x{H}, cache off, {n} processes (aggregate)", "steps/s",
+                parallel_walk(bench_dir, ids, n, args.steps_off))
 
     width = max(len(r["measurement"]) for r in rows)
     print(f"\n{'measurement':<{width}}  {'value':>10}  unit")
@@ -136,7 +165,7 @@ def main() -> None:
         "bench": {"fraction": 1.0 if args.full else args.fraction, "sizes": sizes, "scenes_per_family": scenes},
         "rows": rows,
     }
-    out = Path(__file__).parent / "results" / f"tvr_env_speed-{platform.node() or 'machine'}.json"
+    out = Path(args.out) / f"tvr_env_speed-{platform.node() or 'machine'}.json"
     from spatialrl.io import atomic_write_json
 
     atomic_write_json(out, result)

@@ -69,6 +69,8 @@ class TaskSuite:
     # [{"label", "text"}], "actions": [{"label", "response", "key"}]}. Buttons send `response` verbatim.
     human_view: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None
     default_options: dict[str, Any] = field(default_factory=dict)
+    # True when separate env instances may step concurrently in threads (no shared GL context etc.).
+    thread_safe_envs: bool = False
 
 
 _SUITES: dict[str, TaskSuite] = {}

@@ -75,10 +75,14 @@ def run_episodes(
     max_turns: int = 1000,
     progress: bool = True,
     on_turn: TurnHook | None = None,
+    env_threads: int = 1,
 ) -> RunResult:
     """Run ``episodes`` of ``suite`` with ``policy`` in lock-step batches of up to ``batch_size``.
 
     ``max_turns`` is a safety cap only; envs end their own episodes (budgets live in the env).
+    ``env_threads`` > 1 steps the batch's envs in a thread pool (for suites whose envs declare
+    ``thread_safe_envs``, e.g. V-IRL's cv2 panorama projection, which releases the GIL); records are
+    still written in slot order, so the output does not depend on it.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -103,6 +107,11 @@ def run_episodes(
     n_steps = 0
     t0 = time.perf_counter()
     slots = [_Slot(env=suite.make_env(options)) for _ in range(min(batch_size, len(pending)))]
+    pool = None
+    if env_threads > 1 and suite.thread_safe_envs:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(env_threads)
 
     def start(slot: _Slot) -> None:
         slot.spec = pending.pop()
@@ -151,11 +160,17 @@ def run_episodes(
             generations = policy.generate(conversations, sampling, [s.info for s in active])
             if len(generations) != len(active):
                 raise RuntimeError(f"policy returned {len(generations)} generations for {len(active)} prompts")
+            stepping = [(s, g) for s, g in zip(active, generations, strict=True) if g.error is None]
+            if pool is not None:
+                outcomes = list(pool.map(lambda sg: sg[0].env.step(sg[1].text), stepping))
+            else:
+                outcomes = [s.env.step(g.text) for s, g in stepping]
+            outcome_of = {id(s): o for (s, _), o in zip(stepping, outcomes, strict=True)}
             for slot, conv, gen in zip(active, conversations, generations, strict=True):
                 if gen.error is not None:
                     finish(slot, None, gen.error)
                 else:
-                    obs, reward, terminated, truncated, info = slot.env.step(gen.text)
+                    obs, reward, terminated, truncated, info = outcome_of[id(slot)]
                     n_steps += 1
                     slot.t += 1
                     slot.ret += float(reward)
@@ -181,6 +196,8 @@ def run_episodes(
                     status=f"success {wins}/{len(all_records)} ({100 * wins / max(1, len(all_records)):.1f}%)",
                 )
     finally:
+        if pool is not None:
+            pool.shutdown()
         if progress_bar is not None:
             progress_bar.stop()
         for log in (step_log, episode_log):

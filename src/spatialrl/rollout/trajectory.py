@@ -209,7 +209,7 @@ class TurnTokenizer:
                 seg.token_fields.setdefault(key, [0] * start).extend(value[0].tolist())
             else:
                 vision[key] = value
-        for key, values in seg.token_fields.items():  # fields this piece lacks: text tokens are 0
+        for values in seg.token_fields.values():  # fields this piece lacks: text tokens are 0
             values.extend([0] * (start + seq - len(values)))
         if vision:
             seg.vision.append(VisionGroup(position=start, tensors=vision))

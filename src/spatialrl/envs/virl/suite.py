@@ -220,5 +220,6 @@ SUITE = register_suite(
         after_run=after_run,
         human_view=human_view,
         default_options=dict(DEFAULTS),
+        thread_safe_envs=True,  # per-env state; the shared grid cache takes a lock
     )
 )
