@@ -75,6 +75,13 @@ class Segment:
     def __len__(self) -> int:
         return len(self.prompt_ids) + len(self.response_ids)
 
+    def fork(self) -> Segment:
+        """An independent copy to append to (lists copied; image tensors, immutable here, shared) — how
+        G samples of one prompt start from the same tokens."""
+        return Segment(list(self.prompt_ids), list(self.response_ids), list(self.response_mask),
+                       list(self.response_logprobs), list(self.response_turns),
+                       {k: list(v) for k, v in self.token_fields.items()}, list(self.vision), list(self.messages))
+
     def turn_span(self, turn: int) -> tuple[int, int]:
         """``[start, end)`` positions (in :attr:`ids`) of the policy tokens of ``turn``."""
         pos = [i for i, t in enumerate(self.response_turns) if t == turn]

@@ -7,7 +7,6 @@ imports (torch, transformers) happen inside the commands so ``spatialrl --help``
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -74,6 +73,22 @@ def sft_command(
         _fail(e)
 
 
+def _command_line(**args: Any) -> str:
+    """The `spatialrl data sft` command that rebuilds a dataset (stored in its meta.json)."""
+    parts = ["spatialrl", "data", "sft"]
+    for key, value in args.items():
+        flag = "--" + key.rstrip("_").replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            parts.append(flag)
+        elif isinstance(value, list):
+            parts += [f"{flag} {v}" for v in value]
+        else:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts)
+
+
 @data_app.command("sft")
 def data_sft_command(
     task: Annotated[str, typer.Option(help="Task: virl, tvr or gp.")],
@@ -109,8 +124,8 @@ def data_sft_command(
             options["split"] = split
         if memory is not None:
             options["memory"] = memory
-        if cot:
-            options["cot"] = True
+        if cot and "cot" in suite.default_options:
+            options["cot"] = True  # the task's prompter asks for reasoning (TVR); others keep their prompt
         options.update(parse_sets(set_))
         annotator = None
         if cot_annotator is not None:
@@ -122,11 +137,46 @@ def data_sft_command(
         meta = build_sft_dataset(
             suite, options, out, episodes=episodes, seed=seed, samples=samples,  # type: ignore[arg-type]
             thought_fn=thought_function(task) if cot else None, annotator=annotator, batch_size=batch_size,
-            only_success=not keep_failed, overwrite=overwrite, command=" ".join(["spatialrl", *sys.argv[1:]]),
+            only_success=not keep_failed, overwrite=overwrite, command=_command_line(
+                task=task, data=data, split=split, memory=memory, cot=cot, cot_annotator=cot_annotator,
+                episodes=episodes, seed=seed, samples=samples, set_=set_, out=out),
         )
         Console().print(f"[green]{meta['samples']} samples ({meta['assistant_turns']} assistant turns, "
                         f"{meta['images']} images) from {meta['episodes']} episodes → {out}[/green]")
         if meta["episodes_dropped"]:
             Console().print(f"[yellow]{len(meta['episodes_dropped'])} episodes dropped (expert failed)[/yellow]")
     except (SpatialRLError, KeyError, ValueError) as e:
+        _fail(e)
+
+
+@train_app.command("ppo", context_settings=OVERRIDE_CONTEXT)
+def ppo_command(
+    ctx: typer.Context,
+    config: Annotated[Path | None, typer.Argument(help="YAML recipe (configs/ppo/*.yaml).")] = None,
+    help_config: Annotated[bool, typer.Option("--help-config", help="List every config key and exit.")] = False,
+) -> None:
+    """PPO with a value head (SFTvsRL recipe) on live env rollouts. Extra `--a.b=value` flags override the recipe."""
+    from spatialrl.train.rl_config import PPOConfig
+
+    try:
+        run_trainer(PPOConfig, "spatialrl.train.ppo:train", config, list(ctx.args), help_config)
+    except SpatialRLError as e:
+        _fail(e)
+
+
+@train_app.command("grpo", context_settings=OVERRIDE_CONTEXT)
+def grpo_command(
+    ctx: typer.Context,
+    config: Annotated[Path | None, typer.Argument(help="YAML recipe (configs/grpo/*.yaml).")] = None,
+    mode: Annotated[str | None, typer.Option(help="single (per-step expert prompts) | multi (live rollouts); "
+                                                  "default: the recipe's.")] = None,
+    help_config: Annotated[bool, typer.Option("--help-config", help="List every config key and exit.")] = False,
+) -> None:
+    """GRPO, single-turn or multi-turn (TVRBench). Extra `--a.b=value` flags override the recipe."""
+    from spatialrl.train.rl_config import GRPOConfig
+
+    overrides = list(ctx.args) + ([f"--mode={mode}"] if mode is not None else [])
+    try:
+        run_trainer(GRPOConfig, "spatialrl.train.grpo:train", config, overrides, help_config)
+    except SpatialRLError as e:
         _fail(e)

@@ -1,7 +1,7 @@
 """Plumbing every trainer shares: accelerate setup, seeding, model loading, checkpoints, logging.
 
 Checkpoints (``OUTPUT/checkpoints/step-000120/``) hold everything needed to continue bit-exactly:
-model, optimizer, LR scheduler and every process's RNG states (through ``accelerate``'s
+model, optimizer and every process's RNG states (through ``accelerate``'s
 ``save_state``, which also knows how to gather/shard DeepSpeed ZeRO and FSDP states), plus
 ``trainer_state.json`` (update count, data position, config) and ``hf/`` (model + processor in the
 Hugging Face layout, loadable by ``spatialrl eval --agent hf:...``). A checkpoint is written under a
@@ -60,7 +60,11 @@ def make_accelerator(dtype: str, grad_accum: int, micro_batch_size: int, max_gra
     from accelerate import Accelerator
 
     use_bf16 = dtype == "bfloat16" or (dtype == "auto" and torch.cuda.is_available())
-    accelerator = Accelerator(mixed_precision="bf16" if use_bf16 else "no", gradient_accumulation_steps=grad_accum)
+    # cpu=True on machines without CUDA: a torchrun-style launch (`accelerate launch --multi_gpu
+    # --num_processes 2`, or configs/accelerate/cpu_2proc.yaml) then becomes gloo DDP over CPU
+    # processes instead of N independent single-process runs.
+    accelerator = Accelerator(mixed_precision="bf16" if use_bf16 else "no", gradient_accumulation_steps=grad_accum,
+                              cpu=not torch.cuda.is_available())
     plugin = accelerator.state.deepspeed_plugin
     if plugin is not None:
         # We feed our own per-rank batches (no prepared DataLoader), so DeepSpeed cannot infer these.
@@ -90,13 +94,42 @@ def resolve_model_source(path: str) -> tuple[str, str]:
     return "folder", path
 
 
-def load_model_and_processor(cfg: ModelConfig, seed: int) -> tuple[Any, Any]:
-    """The model to train (float32 master weights; autocast does bf16) and its processor."""
-    kind, value = resolve_model_source(cfg.path)
-    if kind == "preset":
-        from spatialrl.models.builtin import build_model
+def build_preset(name: str, overrides: dict[str, Any], seed: int) -> tuple[Any, Any, dict[str, Any]]:
+    """A fresh built-in model of preset ``name`` with some sizes changed (``model.preset_overrides``)."""
+    import dataclasses
 
-        model, processor, _ = build_model(value, seed=seed)
+    from spatialrl.models import builtin
+
+    if name not in builtin.PRESETS:
+        raise DataError(f"model.path: unknown preset {name!r}; known: {', '.join(builtin.PRESETS)}")
+    if not overrides:
+        return builtin.build_model(name, seed=seed)
+    fields = {f.name for f in dataclasses.fields(builtin.Preset)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise DataError(f"model.preset_overrides: unknown field(s) {unknown}; valid: {', '.join(sorted(fields))}")
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
+    custom = dataclasses.replace(builtin.PRESETS[name], **values)
+    key = f"{name}+custom"
+    builtin.PRESETS[key] = custom  # visible to build_model for this call only
+    try:
+        model, processor, meta = builtin.build_model(key, seed=seed)
+    finally:
+        del builtin.PRESETS[key]
+    meta.update(preset=name, preset_overrides=dict(overrides))
+    return model, processor, meta
+
+
+def load_model_and_processor(cfg: ModelConfig, seed: int) -> tuple[Any, Any, dict[str, Any]]:
+    """The model to train (float32 master weights; autocast does bf16), its processor, and what it was
+    built from (preset sizes, or the source folder)."""
+    kind, value = resolve_model_source(cfg.path)
+    if kind != "preset" and cfg.preset_overrides:
+        raise DataError("model.preset_overrides only applies to model.path=preset:NAME")
+    meta: dict[str, Any] = {"source": cfg.path}
+    if kind == "preset":
+        model, processor, built = build_preset(value, cfg.preset_overrides, seed)
+        meta.update(built)
     else:
         from transformers import AutoModelForImageTextToText
 
@@ -109,7 +142,7 @@ def load_model_and_processor(cfg: ModelConfig, seed: int) -> tuple[Any, Any]:
         processor = load_processor(value)
     if cfg.attn_implementation and kind == "preset":
         model.set_attn_implementation(cfg.attn_implementation)
-    return model, processor
+    return model, processor, meta
 
 
 def vision_parameters(model: Any) -> list[tuple[str, torch.nn.Parameter]]:
@@ -127,7 +160,11 @@ def prepare_trainable(model: Any, cfg: ModelConfig) -> Any:
         for _, p in frozen:
             p.requires_grad_(False)
     if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # the newer name (transformers >= 5.2x)
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         model.config.use_cache = False
     if cfg.lora.enabled:
         from peft import LoraConfig, get_peft_model
@@ -160,20 +197,21 @@ def count_parameters(model: Any) -> tuple[int, int]:
 
 
 # ------------------------------------------------------------------------------------------ schedules
-def lr_lambda(schedule: str, total: int, warmup: int, min_ratio: float):
-    """Multiplier of the peak LR at update ``step`` (linear warmup, then cosine/linear/constant)."""
+def lr_multiplier(progress: float, schedule: str, warmup_ratio: float, min_ratio: float,
+                  first: float = 0.0) -> float:
+    """Multiplier of the peak LR at ``progress`` ∈ [0, 1] of the run (fraction of updates, or of the time
+    budget): linear warmup over the first ``warmup_ratio``, then cosine / linear decay to ``min_ratio``
+    or constant. ``first`` is the progress one update makes, so the very first update already learns."""
     import math
 
-    def fn(step: int) -> float:
-        if warmup > 0 and step < warmup:
-            return (step + 1) / warmup
-        if schedule == "constant":
-            return 1.0
-        progress = min(1.0, (step - warmup) / max(1, total - warmup))
-        decay = 0.5 * (1.0 + math.cos(math.pi * progress)) if schedule == "cosine" else 1.0 - progress
-        return min_ratio + (1.0 - min_ratio) * decay
-
-    return fn
+    progress = min(max(progress, 0.0), 1.0)
+    if warmup_ratio > 0 and progress < warmup_ratio:
+        return min(1.0, (progress + first) / warmup_ratio)
+    if schedule == "constant":
+        return 1.0
+    decay_progress = (progress - warmup_ratio) / max(1e-12, 1.0 - warmup_ratio)
+    decay = 0.5 * (1.0 + math.cos(math.pi * decay_progress)) if schedule == "cosine" else 1.0 - decay_progress
+    return min_ratio + (1.0 - min_ratio) * decay
 
 
 # ------------------------------------------------------------------------------------------ checkpoints
@@ -207,23 +245,36 @@ def find_resume_checkpoint(output_dir: str | Path, resume: str) -> Path | None:
     return path
 
 
-def save_hf_model(accelerator: Any, model: Any, processor: Any, out: Path, merge_lora: bool = True) -> None:
-    """Write model + processor in the Hugging Face layout (full weights; LoRA merged when asked)."""
+def save_hf_model(accelerator: Any, model: Any, processor: Any, out: Path, merge_lora: bool = True,
+                  dtype: str = "float32", meta: dict[str, Any] | None = None) -> None:
+    """Write model + processor in the Hugging Face layout: full weights (LoRA merged unless
+    ``merge_lora`` is off, then the adapter alone), in ``dtype``, plus ``spatialrl_model.json`` = ``meta``."""
     unwrapped = accelerator.unwrap_model(model)
     state = accelerator.get_state_dict(model)  # gathers ZeRO-3 / FSDP shards onto the main process
-    if accelerator.is_main_process:
-        out.mkdir(parents=True, exist_ok=True)
-        if hasattr(unwrapped, "peft_config"):
-            if merge_lora:
-                import copy
+    if not accelerator.is_main_process:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    target = getattr(torch, dtype)
+    if hasattr(unwrapped, "peft_config") and not merge_lora:
+        unwrapped.save_pretrained(out, safe_serialization=True)
+    else:
+        import copy
 
-                merged = copy.deepcopy(unwrapped).merge_and_unload()
-                merged.save_pretrained(out, safe_serialization=True)
-            else:
-                unwrapped.save_pretrained(out, state_dict=state, safe_serialization=True)
+        if hasattr(unwrapped, "peft_config"):
+            clone = copy.deepcopy(unwrapped).merge_and_unload()
+            state = None
         else:
-            unwrapped.save_pretrained(out, state_dict=state, safe_serialization=True)
-        processor.save_pretrained(out)
+            clone = unwrapped
+        if target != torch.float32:
+            clone = copy.deepcopy(clone).to(target)
+            state = None if state is None else {k: v.to(target) if v.is_floating_point() else v
+                                                for k, v in state.items()}
+        clone.save_pretrained(out, state_dict=state, safe_serialization=True)
+    processor.save_pretrained(out)
+    if meta is not None:
+        from spatialrl.models.builtin import META_FILE
+
+        atomic_write_json(out / META_FILE, meta)
 
 
 def save_checkpoint(accelerator: Any, model: Any, processor: Any, output_dir: str | Path, step: int,
@@ -296,6 +347,8 @@ class Tracker:
             self.backends.append("wandb")
 
     def log(self, step: int, metrics: dict[str, float], console: bool = True) -> None:
+        """Record ``metrics`` everywhere; the console shows per-category success rates and the
+        ``overall`` row of eval metrics only (the full set is in metrics.jsonl / TensorBoard)."""
         if not self.active:
             return
         record = {"step": step, "time": round(time.perf_counter() - self._t0, 3), **metrics}
@@ -310,7 +363,9 @@ class Tracker:
         if console:
             from rich.console import Console
 
-            shown = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
+            brief = {k: v for k, v in metrics.items()
+                     if not k.startswith("eval/") or k.startswith("eval/overall/") or k.endswith("/success_rate")}
+            shown = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in brief.items())
             Console().print(f"[bold]step {step}[/bold]  {shown}")
 
     def close(self) -> None:

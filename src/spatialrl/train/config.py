@@ -56,6 +56,14 @@ class ModelConfig:
         metadata=_help("What to start from: 'preset:NAME' (fresh built-in model, e.g. preset:small), "
                        "'builtin:NAME' (shipped weights) or a Hugging Face model folder."),
     )
+    preset_overrides: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_help("Change sizes of a preset:NAME model, e.g. {hidden_size: 384, num_layers: 5} "
+                       "(fields of spatialrl.models.builtin.Preset)."),
+    )
+    save_dtype: Literal["float32", "bfloat16"] = field(
+        default="float32", metadata=_help("dtype of the final model's weights (bfloat16 halves the shipped size).")
+    )
     dtype: Literal["auto", "float32", "bfloat16"] = field(
         default="auto", metadata=_help("Training precision: auto = bf16 mixed precision on GPU, float32 on CPU.")
     )
@@ -144,8 +152,11 @@ class SFTConfig:
         default=0, metadata=_help("Every N updates (and at the end) compare a digest of each process's parameters "
                                   "and fail on a mismatch (multi-process debugging; 0 = off; not for FSDP).")
     )
-    time_limit_minutes: float = field(
-        default=0.0, metadata=_help("Stop cleanly with a checkpoint after this long (0 = no limit); rerun to resume.")
+    time_budget_minutes: float = field(
+        default=0.0,
+        metadata=_help("Train for this long instead of a fixed number of updates (epochs/max_steps still cap it): "
+                       "the LR schedule runs over wall-clock time and ends at the budget. For time-boxed GPU jobs; "
+                       "not bit-reproducible (0 = off)."),
     )
 
     def __post_init__(self) -> None:

@@ -18,8 +18,8 @@ extends with :func:`register_thought` (no dispatch on task names elsewhere).
 
 from __future__ import annotations
 
-import json
 import math
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -100,6 +100,8 @@ def tvr_thought(options: dict[str, Any], info: dict[str, Any], answer: str) -> s
         parts.append(f"The target view was taken {' and '.join(p for p in (ahead, side) if p)}.")
     if abs(d["turn"]) < 1:
         parts.append("It faces the same way as I do")
+    elif abs(d["turn"]) > 179:
+        parts.append("It faces the opposite way")
     else:
         parts.append(f"It faces {abs(d['turn']):.0f} degrees to my {'right' if d['turn'] > 0 else 'left'}")
     if abs(d["tilt"]) < 1:
@@ -138,22 +140,22 @@ register_thought("virl", virl_thought)
 
 
 # ----------------------------------------------------------------------------------------------- GP
+_FORMULA = re.compile(r'"formula"\s*:\s*"([^"]*)"')
+
+
 def gp_thought(options: dict[str, Any], info: dict[str, Any], answer: str) -> str:
-    try:
-        parsed = json.loads(answer)
-    except json.JSONDecodeError:
-        return "I combine the four card values with + - * / and brackets to reach the target."
-    cards = parsed.get("cards") or []
-    numbers = parsed.get("number") or parsed.get("numbers") or []
-    formula = parsed.get("formula", "")
+    """Cards and their values from the env info, then the equation of the expert's answer."""
+    cards = info.get("plain_cards") or []
+    numbers = info.get("numbers") or []
+    target = info.get("target", 24)
     parts = []
     if cards:
         parts.append(f"The cards are {', '.join(map(str, cards))}.")
     if numbers:
-        parts.append(f"Their values are {', '.join(map(str, numbers))}.")
-    if formula:
-        lhs = formula.split("=")[0]
-        parts.append(f"Combining them as {lhs} reaches the target.")
+        parts.append(f"Their values are {', '.join(map(str, numbers))}; I must reach {target} using each once.")
+    match = _FORMULA.search(answer)
+    if match:
+        parts.append(f"Combining them as {match.group(1).split('=')[0]} gives {target}.")
     return " ".join(parts)
 
 

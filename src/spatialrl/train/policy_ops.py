@@ -89,7 +89,7 @@ def sample_segments(
 class Scores:
     """Teacher-forced outputs for a ``(B, T)`` batch: ``logp[b, t]`` = log π(ids[b, t] | ids[b, :t])
     for ``t >= start`` (0 before), ``entropy`` likewise (or None), ``hidden`` = final hidden states at
-    the requested positions ``(B, H)`` (or None)."""
+    the requested positions ``(B, H)``, or the value head's ``(B,)`` values there (or None)."""
 
     logp: torch.Tensor
     entropy: torch.Tensor | None
@@ -111,12 +111,18 @@ def score_tokens(
     temperature: float = 1.0,
     with_entropy: bool = False,
     hidden_positions: torch.Tensor | None = None,
+    value_head: torch.nn.Module | None = None,
+    entropy_grad: bool = True,
 ) -> Scores:
     """One forward pass: per-token log-probs (and entropy) from position ``start`` on, and the final
-    hidden state at ``hidden_positions`` (``(B,)`` absolute positions, each ``>= start - 1``).
+    hidden state at ``hidden_positions`` (``(B,)`` absolute positions, each ``>= start - 1``) — or,
+    with ``value_head``, its values there, shape ``(B,)``.
 
     Log-probs use ``logits / temperature``: the distribution the tokens were sampled from (SFTvsRL
     divides by its sampling temperature 0.2 as well). Gradients flow unless called under ``no_grad``.
+    ``entropy_grad=False`` computes the entropy for logging only (no graph kept for it).
+    The value head runs inside the model's forward (in a hook on the output layer), where sharded
+    wrappers (FSDP) have the root module's parameters — the head is a submodule of the model — gathered.
     """
     ids = inputs["input_ids"]
     batch, width = ids.shape
@@ -127,7 +133,12 @@ def score_tokens(
     handle = None
     if hidden_positions is not None:
         def hook(_module, args, _output):
-            captured["hidden"] = args[0]
+            h = args[0]  # (B, keep, H): final hidden states at positions start-1 .. width-1
+            rel = hidden_positions.to(h.device) - (start - 1)
+            if bool((rel < 0).any()) or bool((rel >= h.shape[1]).any()):
+                raise ValueError("hidden_positions must lie in [start - 1, width)")
+            picked = h[torch.arange(h.shape[0], device=h.device), rel]
+            captured["hidden"] = value_head(picked) if value_head is not None else picked
 
         handle = _output_layer(model).register_forward_hook(hook)
     try:
@@ -144,15 +155,24 @@ def score_tokens(
         lsm = torch.log_softmax(logits[b].float() / temperature, dim=-1)
         rows_logp.append(lsm.gather(-1, targets[b][:, None]).squeeze(-1))
         if with_entropy:
-            rows_ent.append(-(lsm.exp() * lsm).sum(-1))
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                rows_ent.append(-(lsm.exp() * lsm).sum(-1))
     logp = torch.cat([logp[:, :start], torch.stack(rows_logp)], dim=1)
     if with_entropy:
         entropy = torch.cat([entropy[:, :start], torch.stack(rows_ent)], dim=1)
-    hidden = None
-    if hidden_positions is not None:
-        h = captured["hidden"]  # (B, keep, H): positions start-1 .. width-1
-        rel = hidden_positions.to(h.device) - (start - 1)
-        if bool((rel < 0).any()) or bool((rel >= h.shape[1]).any()):
-            raise ValueError("hidden_positions must lie in [start - 1, width)")
-        hidden = h[torch.arange(batch, device=h.device), rel]
-    return Scores(logp=logp, entropy=entropy, hidden=hidden)
+    return Scores(logp=logp, entropy=entropy, hidden=captured.get("hidden"))
+
+
+def token_char_ends(tokenizer: Any, ids: list[int]) -> tuple[str, list[int]]:
+    """The decoded text of sampled ``ids`` (special tokens kept) and each token's end offset in it.
+
+    Offsets come from the tokenizer's offset mapping when re-encoding the text gives back exactly the
+    sampled ids (the usual case); otherwise (a non-canonical sample) from decoding growing prefixes.
+    """
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    if not ids:
+        return text, []
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    if list(enc["input_ids"]) == list(ids):
+        return text, [int(end) for _, end in enc["offset_mapping"]]
+    return text, [len(tokenizer.decode(ids[: i + 1], skip_special_tokens=False)) for i in range(len(ids))]

@@ -56,7 +56,7 @@ def _rl_optim(lr: float, eps: float, max_grad_norm: float) -> OptimConfig:
 @dataclass
 class PPOConfig:
     output_dir: str = field(default="runs/ppo", metadata=_help("Checkpoints, logs, final model."))
-    seed: int = field(default=42, metadata=_help("Seeds everything; process r uses seed + r (SFTvsRL: 42 + rank)."))
+    seed: int = field(default=42, metadata=_help("Seeds everything; each process draws its episodes and samples from (seed, rank) (SFTvsRL: seed 42 + rank)."))
     updates: int = field(default=15, metadata=_help("PPO updates (SFTvsRL V-IRL scripts: 15)."))
     num_envs: int = field(default=8, metadata=_help("Env slots per process, stepped together with one batched "
                                                     "generate (the reference ran 1)."))
@@ -93,6 +93,12 @@ class PPOConfig:
     )
     lr_max_steps: int = field(default=20, metadata=_help("Cosine period T_max in updates (SFTvsRL: 20; 0 = updates)."))
     time_limit_minutes: float = field(default=0.0, metadata=_help("Checkpoint and stop after this long (0 = no limit)."))
+    optimizer_offload: bool = field(
+        default=False,
+        metadata=_help("Keep AdamW's moments and fp32 master weights in CPU memory (train/offload.py): 4 GPU "
+                       "bytes per parameter instead of 12-16. Single process without DeepSpeed; under "
+                       "DeepSpeed use configs/accelerate/zero2_offload_*.yaml instead."),
+    )
     value_head_widths: list[int] = field(default_factory=lambda: [1024, 512],
                                          metadata=_help("Hidden widths of the value MLP (reference: 1024, 512)."))
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -135,9 +141,19 @@ class SingleTurnConfig:
 
 
 @dataclass
+class ActionMatchConfig:
+    every: int = field(default=0, metadata=_help("Score per-step action match on held-out expert states every N "
+                                                 "updates (0 = never). TVRBench's diagnostic: single-turn GRPO "
+                                                 "raised it while closed-loop success fell."))
+    split: str | None = field(default=None, metadata=_help("Split of the held-out expert episodes (default: task.split)."))
+    episodes: int = field(default=16, metadata=_help("Expert episodes flattened into held-out states."))
+    options: dict[str, Any] = field(default_factory=dict, metadata=_help("Task options for them (default: task.options)."))
+
+
+@dataclass
 class GRPOConfig:
     output_dir: str = field(default="runs/grpo", metadata=_help("Checkpoints, logs, final model."))
-    seed: int = field(default=0, metadata=_help("Seeds everything; process r uses seed + r for its tasks."))
+    seed: int = field(default=0, metadata=_help("Seeds everything; each process draws its tasks and samples from (seed, rank)."))
     mode: Literal["single", "multi"] = field(
         default="multi", metadata=_help("single = per-step expert prompts, gated reward; multi = live rollouts.")
     )
@@ -165,11 +181,18 @@ class GRPOConfig:
     step_gamma: float = field(default=0.95, metadata=_help("Discount of step returns for step groups (GiGPO γ 0.95)."))
     geodesic_progress: bool = field(default=False, metadata=_help("TVR: progress reward on walking distance (task option distance=geodesic)."))
     time_limit_minutes: float = field(default=0.0, metadata=_help("Checkpoint and stop after this long (0 = no limit)."))
+    optimizer_offload: bool = field(
+        default=False,
+        metadata=_help("Keep AdamW's moments and fp32 master weights in CPU memory (train/offload.py): 4 GPU "
+                       "bytes per parameter instead of 12-16. Single process without DeepSpeed; under "
+                       "DeepSpeed use configs/accelerate/zero2_offload_*.yaml instead."),
+    )
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=lambda: _rl_optim(lr=1e-6, eps=1e-8, max_grad_norm=1.0))
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=1.0, top_p=0.95, max_new_tokens=64))
     task: RLTaskConfig = field(default_factory=RLTaskConfig)
     single: SingleTurnConfig = field(default_factory=SingleTurnConfig)
+    action_match: ActionMatchConfig = field(default_factory=ActionMatchConfig)
     checkpoint: CheckpointConfig = field(default_factory=lambda: CheckpointConfig(every=100))
     logging: LoggingConfig = field(default_factory=lambda: LoggingConfig(every=1))
     eval: ClosedLoopEvalConfig = field(default_factory=ClosedLoopEvalConfig)
@@ -180,6 +203,8 @@ class GRPOConfig:
             raise ConfigError(f"group_size: group-relative advantages need at least 2 samples per group, got {self.group_size}")
         if self.sampling.temperature <= 0:
             raise ConfigError("sampling.temperature: GRPO samples and scores with logits / temperature; must be > 0")
+        if self.pose_anchored and self.mode == "single":
+            raise ConfigError("pose_anchored: step groups need multi-turn trajectories; use mode=multi or turn it off")
         _check_common(self)
 
 

@@ -42,7 +42,7 @@ from spatialrl.train.common import (
     is_fsdp,
     load_checkpoint,
     load_model_and_processor,
-    lr_lambda,
+    lr_multiplier,
     make_accelerator,
     prepare_trainable,
     save_checkpoint,
@@ -193,8 +193,7 @@ def train(cfg: SFTConfig, stop_after: int | None = None) -> dict[str, Any]:
     """Run SFT; returns the final summary (also written to ``OUTPUT/summary.json``).
 
     ``stop_after`` ends the run after that many updates *as if it were killed* (no final save) — how
-    the tests check that resuming continues bit-exactly. ``cfg.time_limit_minutes`` instead stops
-    cleanly with a checkpoint so the next launch resumes.
+    the tests check that resuming continues bit-exactly.
     """
     # --- setup
     accelerator = make_accelerator(cfg.model.dtype, cfg.grad_accum, cfg.per_device_batch_size,
@@ -213,23 +212,33 @@ def train(cfg: SFTConfig, stop_after: int | None = None) -> dict[str, Any]:
     per_epoch, total_updates = update_plan(cfg, len(train_set), world)
 
     # --- model, optimiser, schedule
-    model, processor = load_model_and_processor(cfg.model, cfg.seed)
+    model, processor, model_meta = load_model_and_processor(cfg.model, cfg.seed)
     model_type = model.config.model_type
     model = prepare_trainable(model, cfg.model)
     trainable, total_params = count_parameters(model)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
                                   eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay)
-    warmup = int(cfg.optim.warmup_ratio * total_updates)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda(cfg.optim.schedule, total_updates, warmup, cfg.optim.min_lr_ratio))
+    budget_s = cfg.time_budget_minutes * 60.0
+
+    def set_lr(done: int, elapsed: float) -> float:
+        """LR of the next update from the run's progress: updates done / total, or time spent / budget."""
+        if budget_s > 0:
+            progress, first = elapsed / budget_s, 0.01 * cfg.optim.warmup_ratio
+        else:
+            progress, first = done / total_updates, 1.0 / total_updates
+        lr = cfg.optim.lr * lr_multiplier(progress, cfg.optim.schedule, cfg.optim.warmup_ratio,
+                                          cfg.optim.min_lr_ratio, first)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
     model, optimizer = accelerator.prepare(model, optimizer)
-    accelerator.register_for_checkpointing(scheduler)  # stepped by us once per update (not per process)
     model.train()
     collate = Collator(processor, model_type, cfg.data.max_length)
 
     # --- resume
-    step = 0
+    step, elapsed_before = 0, 0.0
     resume_from = find_resume_checkpoint(cfg.output_dir, cfg.checkpoint.resume)
     if resume_from is not None:
         state = load_checkpoint(accelerator, resume_from)
@@ -238,7 +247,7 @@ def train(cfg: SFTConfig, stop_after: int | None = None) -> dict[str, Any]:
             if state.get(key) != now:
                 raise DataError(f"{resume_from}: cannot resume, {key} was {state.get(key)} and is now {now} "
                                 "(the data position would not match); use a new output_dir or checkpoint.resume=never")
-        step = int(state["step"])
+        step, elapsed_before = int(state["step"]), float(state.get("elapsed_s", 0.0))
 
     tracker = Tracker(accelerator, out, cfg.logging, cfg)
     if accelerator.is_main_process:
@@ -247,9 +256,24 @@ def train(cfg: SFTConfig, stop_after: int | None = None) -> dict[str, Any]:
                            "setup/params_total": total_params, "setup/processes": world,
                            "setup/resumed_from_step": step})
 
+    t_loop = time.perf_counter()
+
+    def train_seconds() -> float:
+        """Training time so far, across resumes (what the time budget counts)."""
+        return elapsed_before + time.perf_counter() - t_loop
+
+    def synced_seconds() -> float:
+        """The main process's training time, identical on every process (LR and the stop decision must
+        agree across ranks, or replicas drift / one rank leaves the loop while others wait)."""
+        if world == 1:
+            return train_seconds()
+        from accelerate.utils import broadcast
+
+        return float(broadcast(torch.tensor([train_seconds()], device=accelerator.device, dtype=torch.float64))[0])
+
     def save(at: int) -> None:
-        state = {"step": at, "world_size": world, "per_device_batch_size": cfg.per_device_batch_size,
-                 "grad_accum": cfg.grad_accum, "train_samples": len(train_set), "updates_total": total_updates,
+        state = {"step": at, "elapsed_s": synced_seconds(), "world_size": world,
+                 "per_device_batch_size": cfg.per_device_batch_size, "grad_accum": cfg.grad_accum, "train_samples": len(train_set), "updates_total": total_updates,
                  "config": config_to_dict(cfg)}
         save_checkpoint(accelerator, model, processor, out, at, state, cfg.checkpoint.keep_last)
 
@@ -265,6 +289,10 @@ def train(cfg: SFTConfig, stop_after: int | None = None) -> dict[str, Any]:
     last_metrics: dict[str, float] = {}
     stopped_early = False
     while step < total_updates:
+        now = synced_seconds() if budget_s > 0 else 0.0
+        if budget_s > 0 and now >= budget_s:
+            break
+        lr = set_lr(step, now)
         group = [{k: v.to(accelerator.device) for k, v in next(batches).items()} for _ in range(G)]
         local = torch.tensor(sum(int((b["labels"][:, 1:] != IGNORE_INDEX).sum()) for b in group),
                              device=accelerator.device, dtype=torch.float64)
@@ -282,7 +310,6 @@ def train(cfg: SFTConfig, stop_after: int | None = None) -> dict[str, Any]:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
             stats += torch.stack([loss_sum.detach().double(), count.double(), correct.double()])
-        scheduler.step()
         step += 1
         stats = accelerator.reduce(stats, reduction="sum")
         window["loss"] += stats[0].item()
@@ -291,12 +318,13 @@ def train(cfg: SFTConfig, stop_after: int | None = None) -> dict[str, Any]:
         window["updates"] += 1
         window["samples"] += cfg.per_device_batch_size * world * G
 
-        if step % max(1, cfg.logging.every) == 0 or step == total_updates:
+        ending = step == total_updates or (budget_s > 0 and synced_seconds() >= budget_s)
+        if step % max(1, cfg.logging.every) == 0 or ending:
             dt = time.perf_counter() - window["t0"]
             last_metrics = {
                 "train/loss": window["loss"] / max(1.0, window["tokens"]),
                 "train/token_accuracy": window["correct"] / max(1.0, window["tokens"]),
-                "train/lr": scheduler.get_last_lr()[0],
+                "train/lr": lr,
                 "train/epoch": step / per_epoch,
                 "train/samples_per_s": window["samples"] / max(dt, 1e-9),
                 "train/tokens_per_s": window["tokens"] / max(dt, 1e-9),
@@ -309,26 +337,25 @@ def train(cfg: SFTConfig, stop_after: int | None = None) -> dict[str, Any]:
         if eval_set is not None and cfg.eval_loss_every > 0 and step % cfg.eval_loss_every == 0:
             tracker.log(step, heldout_loss(accelerator, model, eval_set, collate, cfg.data.eval_samples,
                                            cfg.per_device_batch_size))
-        if cfg.eval.task is not None and cfg.eval.every > 0 and step % cfg.eval.every == 0 and step < total_updates:
+        if cfg.eval.task is not None and cfg.eval.every > 0 and step % cfg.eval.every == 0 and not ending:
             tracker.log(step, closed_loop_eval(accelerator, model, processor, cfg, step))
-        if cfg.checkpoint.every > 0 and step % cfg.checkpoint.every == 0 and step < total_updates:
+        if cfg.checkpoint.every > 0 and step % cfg.checkpoint.every == 0 and not ending:
             save(step)
         if cfg.check_sync_every > 0 and step % cfg.check_sync_every == 0:
             check_sync(accelerator, model, step)
         if stop_after is not None and step >= stop_after:
             stopped_early = True
             break
-        if cfg.time_limit_minutes > 0 and (time.perf_counter() - t_start) / 60 >= cfg.time_limit_minutes:
-            save(step)
-            stopped_early = True
-            break
 
     # --- end: checkpoint, final model, held-out scores
-    summary: dict[str, Any] = {"step": step, "updates_total": total_updates, "finished": step >= total_updates,
+    summary: dict[str, Any] = {"step": step, "updates_planned": total_updates, "finished": not stopped_early,
                                "train": last_metrics, "seconds": time.perf_counter() - t_start}
     if not stopped_early:
         save(step)
-        save_hf_model(accelerator, model, processor, out / "final", merge_lora=cfg.model.lora.merge_on_save)
+        final_meta = {**model_meta, "parameters": total_params, "trained_by": "spatialrl train sft",
+                      "updates": step, "recipe": config_to_dict(cfg), "dataset": train_set.meta}
+        save_hf_model(accelerator, model, processor, out / "final", merge_lora=cfg.model.lora.merge_on_save,
+                      dtype=cfg.model.save_dtype, meta=final_meta)
         final: dict[str, float] = {}
         if eval_set is not None:
             final.update(heldout_loss(accelerator, model, eval_set, collate, cfg.data.eval_samples,

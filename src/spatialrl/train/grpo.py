@@ -1,0 +1,531 @@
+"""GRPO, single-turn (per-step expert prompts) and multi-turn (live rollouts), readable top to bottom.
+
+    spatialrl train grpo configs/grpo/tiny_cpu.yaml --mode multi
+    accelerate launch --config_file configs/accelerate/zero2.yaml \\
+        -m spatialrl.cli train grpo configs/grpo/tvr_multi_small.yaml           # N GPUs, DeepSpeed ZeRO-2
+
+What one update does (``spec/training.md``, TVRBench appendix D):
+
+1. **Rollout.** *multi*: take ``tasks_per_update`` tasks on this process and play each ``group_size``
+   times from the same start (same seed and options) in lock-step env slots, sampling every turn
+   from the token stream so far (:mod:`spatialrl.train.agent_loop`); a trajectory's return is the sum
+   of its step rewards (TVR: the shaped reward, every component logged). *single*: take
+   ``single.prompts_per_update`` per-step expert prompts and sample ``group_size`` answers each; the
+   gated reward scores format and action match.
+2. **Advantages.** A_i = (R_i − mean_g R) / (std_g R + 1e-6) within each group g (one task / prompt),
+   broadcast to every policy token of the trajectory; env and prompt tokens carry no loss. Options:
+   drop zero-variance groups; pose-anchored step groups (A += w · step advantage, GiGPO).
+3. **Old and reference log-probs** of every policy token in one no-grad pass each.
+4. **Update**: ``epochs`` × ``mini_batches`` optimiser steps, each over micro-batches of
+   ``micro_batch_size`` sequences:
+
+       ρ_t = exp(log π(a_t) − log π_old(a_t))
+       L = agg_t[ −min(ρ_t A_t, clip(ρ_t, 1 ± ε) A_t) + β k3(π, π_ref)_t − c_H H_t ]
+
+   ``agg`` is ``loss_agg`` (token-mean by default), reduced exactly over the whole mini-batch and
+   every process. Gradient clipping 1.0, AdamW, cosine LR.
+5. Log, maybe evaluate closed-loop, checkpoint (model, optimizer, RNG: resumes exactly).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from spatialrl.agents.base import Conversation, SamplingParams
+from spatialrl.errors import DataError
+from spatialrl.io import atomic_write_json
+from spatialrl.rollout.trajectory import Segment, Trajectory, TurnTokenizer
+from spatialrl.train import losses
+from spatialrl.train.agent_loop import EnvPool
+from spatialrl.train.common import (
+    Tracker,
+    count_parameters,
+    find_resume_checkpoint,
+    load_checkpoint,
+    load_model_and_processor,
+    lr_multiplier,
+    make_accelerator,
+    prepare_trainable,
+    save_checkpoint,
+    save_hf_model,
+    seed_everything,
+)
+from spatialrl.train.config import config_to_dict
+from spatialrl.train.policy_ops import sample_segments, score_tokens
+from spatialrl.train.rl_common import (
+    backward_scaled,
+    begin_accumulation,
+    episode_sampler,
+    make_optimizer,
+    micro_batch_plan,
+    reduce_metrics,
+    reward_component_metrics,
+    rollout_generator,
+    task_options,
+)
+from spatialrl.train.rl_config import GatedRewardConfig, GRPOConfig
+from spatialrl.train.sft import closed_loop_eval
+
+
+# ------------------------------------------------------------------------------------------ rewards
+def gated_reward(response: str, expert_response: str, cfg: GatedRewardConfig) -> tuple[float, dict[str, float]]:
+    """TVRBench's single-turn reward: no parsable action → ``no_format`` (lowest); a parsable action
+    that differs from the expert's → ``wrong_action``; the expert's action → ``match`` (highest).
+    Actions compare case-insensitively after stripping."""
+    pattern = re.compile(cfg.action_pattern, re.IGNORECASE | re.DOTALL)
+    mine, gold = pattern.search(response), pattern.search(expert_response)
+    if gold is None:
+        raise DataError(f"single.reward.action_pattern {cfg.action_pattern!r} does not parse the expert's "
+                        f"answer {expert_response[:80]!r}; set the task's action pattern")
+    if mine is None:
+        return cfg.no_format, {"format": 0.0, "match": 0.0}
+    match = mine.group(1).strip().lower() == gold.group(1).strip().lower()
+    return (cfg.match if match else cfg.wrong_action), {"format": 1.0, "match": float(match)}
+
+
+@dataclass
+class ExpertPrompt:
+    """One per-step prompt of an expert episode: what the policy saw and what the expert answered."""
+
+    conversation: Conversation
+    expert_response: str
+    category: str
+    episode_id: str
+
+
+def expert_prompts(suite: Any, options: dict[str, Any], episodes: list[Any]) -> list[ExpertPrompt]:
+    """Flatten expert episodes into per-step prompts, through the eval runner (same prompts as eval)."""
+    from spatialrl.agents.expert import ExpertPolicy
+    from spatialrl.rollout.runner import run_episodes
+
+    prompts: list[ExpertPrompt] = []
+
+    def keep(spec, conversation, generation, _step) -> None:
+        prompts.append(ExpertPrompt(list(conversation), generation.text, spec.category, spec.episode_id))
+
+    run_episodes(suite, options, ExpertPolicy(), episodes, batch_size=8, progress=False, on_turn=keep)
+    if not prompts:
+        raise DataError(f"task {suite.name}: the expert episodes produced no prompts")
+    return prompts
+
+
+# ------------------------------------------------------------------------------------------ rollouts
+def rollout_multi(pool: EnvPool, specs: list[Any], group_size: int, update: int, model: Any,
+                  sampling: SamplingParams, generator: torch.Generator, max_batch_size: int | None) -> list[Trajectory]:
+    """Play every task ``group_size`` times in lock-step; return all trajectories (grouped by task)."""
+    for k, spec in enumerate(specs):
+        for j in range(group_size):
+            pool.start(k * group_size + j, spec, group=f"{update}:{k}:{spec.episode_id}")
+    done: list[Trajectory] = []
+    while pool.active():
+        _, finished = pool.turn(model, sampling, generator, max_batch_size=max_batch_size)
+        done.extend(finished)
+    order = {id(t): i for i, t in enumerate(done)}
+    return sorted(done, key=lambda t: (t.group, order[id(t)]))
+
+
+def rollout_single(turns: TurnTokenizer, prompts: list[ExpertPrompt], group_size: int, update: int, model: Any,
+                   sampling: SamplingParams, generator: torch.Generator, reward_cfg: GatedRewardConfig,
+                   max_batch_size: int | None) -> list[Trajectory]:
+    """Sample ``group_size`` answers to each prompt; each answer is a one-turn trajectory."""
+    bases = [turns.start(p.conversation) for p in prompts]
+    segments = [base.fork() for base in bases for _ in range(group_size)]
+    samples = sample_segments(model, turns, segments, sampling, generator, max_batch_size=max_batch_size)
+    out = []
+    for i, (seg, (ids, logprobs)) in enumerate(zip(segments, samples, strict=True)):
+        prompt = prompts[i // group_size]
+        turns.add_policy(seg, ids, logprobs, turn=0)
+        text = turns.tokenizer.decode(ids, skip_special_tokens=True)
+        reward, parts = gated_reward(text, prompt.expert_response, reward_cfg)
+        out.append(Trajectory(
+            episode_id=f"{prompt.episode_id}#{i % group_size}", group=f"{update}:{i // group_size}",
+            category=prompt.category, segments=[seg], turn_segment=[0], turn_rewards=[reward],
+            turn_records=[{f"reward_{k}": v for k, v in parts.items()}], responses=[text],
+            episode={"success": bool(parts["match"])}, done=True))
+    return out
+
+
+@torch.no_grad()
+def action_match(turns: TurnTokenizer, prompts: list[ExpertPrompt], model: Any, max_new_tokens: int,
+                 reward_cfg: GatedRewardConfig, batch: int) -> dict[str, float]:
+    """Greedy answers to held-out expert states: ``diag/action_match`` (share whose action equals the
+    expert's, by ``single.reward.action_pattern``) and ``diag/format`` (share with a parsable action)."""
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    hits = fmt = 0.0
+    for lo in range(0, len(prompts), batch):
+        chunk = prompts[lo:lo + batch]
+        answers = sample_segments(model, turns, [turns.start(p.conversation) for p in chunk], greedy, None)
+        for p, (ids, _) in zip(chunk, answers, strict=True):
+            _, parts = gated_reward(turns.tokenizer.decode(ids, skip_special_tokens=True), p.expert_response, reward_cfg)
+            hits, fmt = hits + parts["match"], fmt + parts["format"]
+    n = max(1, len(prompts))
+    return {"diag/action_match": hits / n, "diag/format": fmt / n, "diag/states": float(len(prompts))}
+
+
+# ------------------------------------------------------------------------------------------ advantages
+def trajectory_advantages(trajs: list[Trajectory], cfg: GRPOConfig) -> tuple[list[list[float]], torch.Tensor]:
+    """Per-turn advantages of every trajectory, and the zero-variance flag of each trajectory's group.
+
+    Base: the group-relative advantage of the trajectory return, the same for all its turns. With
+    ``pose_anchored``: plus ``step_weight`` × the step-group advantage of each turn's discounted return,
+    where a step group is every turn (across the task's G trajectories) taken from the same anchor state
+    (``info['record'][anchor_field]``, TVR: the pose before the action).
+    """
+    returns = torch.tensor([t.total_reward for t in trajs], dtype=torch.float64)
+    adv, zero_var = losses.group_advantages(returns, [t.group for t in trajs], scale=cfg.scale_rewards)
+    per_turn = [[float(adv[i])] * t.num_turns for i, t in enumerate(trajs)]
+    if cfg.pose_anchored:
+        keys, step_returns, where = [], [], []
+        for i, t in enumerate(trajs):
+            g = losses.discounted_step_returns(t.turn_rewards, cfg.step_gamma)
+            for k, rec in enumerate(t.turn_records):
+                if cfg.anchor_field not in rec:
+                    raise DataError(f"pose_anchored: step records have no field {cfg.anchor_field!r} "
+                                    f"(fields: {sorted(rec)}); set anchor_field")
+                keys.append((t.group, repr(rec[cfg.anchor_field])))
+                step_returns.append(g[k])
+                where.append((i, k))
+        step_adv = losses.step_group_advantages(torch.tensor(step_returns, dtype=torch.float64), keys,
+                                                scale=cfg.scale_rewards)
+        for (i, k), a in zip(where, step_adv.tolist(), strict=True):
+            per_turn[i][k] += cfg.step_weight * a
+    return per_turn, zero_var
+
+
+@dataclass
+class Sequence:
+    """One training sequence: a whole segment, its per-token advantage (0 off policy tokens)."""
+
+    segment: Segment
+    advantages: list[float]  # over the segment's response tokens
+    old_logp: torch.Tensor | None = None  # over the whole segment, filled by the no-grad pass
+    ref_logp: torch.Tensor | None = None
+
+
+def build_sequences(trajs: list[Trajectory], per_turn: list[list[float]], keep: list[bool]) -> list[Sequence]:
+    """Every segment of every kept trajectory, with its turn advantages broadcast to its policy tokens."""
+    out = []
+    for t, adv, k in zip(trajs, per_turn, keep, strict=True):
+        if not k:
+            continue
+        for seg in t.segments:
+            if not any(seg.response_mask):
+                continue  # a segment the episode never answered in (cut before sampling)
+            out.append(Sequence(seg, [adv[turn] if m else 0.0 for turn, m in zip(seg.response_turns, seg.response_mask, strict=True)]))
+    return out
+
+
+def batch_tensors(turns: TurnTokenizer, seqs: list[Sequence], device: Any) -> tuple[dict[str, torch.Tensor], int, dict[str, torch.Tensor]]:
+    """Right-padded model inputs, the first scored position, and per-position mask/advantages ``(B, W)``."""
+    inputs = turns.collate([(s.segment, len(s.segment)) for s in seqs], padding_side="right", device=device)
+    width = inputs["input_ids"].shape[1]
+    mask = torch.zeros((len(seqs), width), device=device)
+    adv = torch.zeros((len(seqs), width), device=device)
+    for b, s in enumerate(seqs):
+        p, r = len(s.segment.prompt_ids), len(s.segment.response_ids)
+        mask[b, p:p + r] = torch.tensor(s.segment.response_mask, dtype=torch.float32)
+        adv[b, p:p + r] = torch.tensor(s.advantages, dtype=torch.float32)
+    start = min(min(len(s.segment.prompt_ids) for s in seqs), width - 1)
+    return inputs, start, {"mask": mask, "advantages": adv}
+
+
+@torch.no_grad()
+def fill_logprobs(model: Any, turns: TurnTokenizer, seqs: list[Sequence], micro: int, temperature: float,
+                  attr: str, accelerator: Any) -> None:
+    """Teacher-forced log-probs of every sequence under ``model`` into ``seq.<attr>`` (old or ref)."""
+    for lo in range(0, len(seqs), micro):
+        chunk = seqs[lo:lo + micro]
+        inputs, start, _ = batch_tensors(turns, chunk, accelerator.device)
+        with accelerator.autocast():
+            logp = score_tokens(model, inputs, start, temperature).logp
+        for b, s in enumerate(chunk):
+            setattr(s, attr, logp[b, :len(s.segment)].float().cpu())
+
+
+def padded(values: list[torch.Tensor | None], width: int, device: Any) -> torch.Tensor:
+    out = torch.zeros((len(values), width), device=device)
+    for b, v in enumerate(values):
+        if v is not None:
+            out[b, :v.shape[0]] = v.to(device)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ train
+def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, Any] | None = None) -> dict[str, Any]:
+    """Run GRPO; returns the final summary (also ``OUTPUT/summary.json``). ``stop_after`` ends the run
+    after that many updates as if killed (no final save) — how the tests check exact resume. ``prebuilt``
+    = ``(model, processor)`` built by the caller replaces ``cfg.model.path`` (the speed benchmark's random
+    11B-sized model, never written to disk)."""
+    # --- setup
+    accelerator = make_accelerator(cfg.model.dtype, 1, cfg.micro_batch_size, cfg.optim.max_grad_norm)
+    seed_everything(cfg.seed)
+    out = Path(cfg.output_dir)
+    if accelerator.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / "config.json", config_to_dict(cfg))
+    world, rank = accelerator.num_processes, accelerator.process_index
+    t_start = time.perf_counter()
+
+    # --- task
+    from spatialrl.envs.registry import get_suite
+
+    suite = get_suite(cfg.task.name)
+    options = task_options(suite, cfg.task)
+    if cfg.geodesic_progress:
+        options["distance"] = "geodesic"
+    episodes = suite.episodes(options)
+    if cfg.task.limit > 0:
+        episodes = episodes[: cfg.task.limit]
+    if not episodes:
+        raise DataError(f"task {cfg.task.name}: no episodes in this split/options")
+
+    # --- model, reference, optimiser, schedule
+    if prebuilt is not None:
+        (model, processor), model_meta = prebuilt, {"source": "prebuilt"}
+    else:
+        model, processor, model_meta = load_model_and_processor(cfg.model, cfg.seed)
+    model_type = model.config.model_type
+    reference = None
+    if cfg.kl_coef > 0 and not cfg.model.lora.enabled:
+        reference = copy.deepcopy(model).eval().requires_grad_(False)  # the frozen SFT policy π_ref
+    model = prepare_trainable(model, cfg.model)
+    trainable, total_params = count_parameters(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = make_optimizer(accelerator, params, cfg)
+    steps_total = cfg.updates * cfg.epochs * cfg.mini_batches
+
+    def set_lr(done: int) -> float:
+        """LR of optimiser step ``done`` (0-based) of the run: warmup + cosine/linear/constant, a function
+        of the step count (nothing to checkpoint)."""
+        lr = cfg.optim.lr * lr_multiplier(done / steps_total, cfg.optim.schedule, cfg.optim.warmup_ratio,
+                                          cfg.optim.min_lr_ratio, 1.0 / steps_total)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    model, optimizer = accelerator.prepare(model, optimizer)
+    if reference is not None:
+        reference.to(accelerator.device)
+    turns = TurnTokenizer(processor, model_type)
+    sampling = SamplingParams(temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
+                              max_new_tokens=cfg.sampling.max_new_tokens)
+    max_gen_batch = cfg.sampling.max_batch_size or None
+
+    # --- prompts (single) or env slots (multi)
+    prompts: list[ExpertPrompt] = []
+    pool: EnvPool | None = None
+    if cfg.mode == "single":
+        chosen = episodes[: cfg.single.expert_episodes] if cfg.single.expert_episodes > 0 else episodes
+        prompts = expert_prompts(suite, options, chosen)
+        next_items = episode_sampler(len(prompts), cfg.seed, rank)
+    else:
+        pool = EnvPool(suite, options, turns, cfg.tasks_per_update * cfg.group_size, cfg.task.max_turns,
+                       cfg.task.max_tokens)
+        next_items = episode_sampler(len(episodes), cfg.seed, rank)
+    per_update = cfg.single.prompts_per_update if cfg.mode == "single" else cfg.tasks_per_update
+    heldout: list[ExpertPrompt] = []
+    if cfg.action_match.every > 0:
+        held_options = dict(options)
+        held_options.update(cfg.action_match.options)
+        if cfg.action_match.split is not None:
+            held_options["split"] = cfg.action_match.split
+        heldout = expert_prompts(suite, held_options, suite.episodes(held_options)[: cfg.action_match.episodes])
+
+    # --- resume
+    update = 0
+    counters = {"env_steps": 0, "episodes": 0}
+    resume_from = find_resume_checkpoint(cfg.output_dir, cfg.checkpoint.resume)
+    if resume_from is not None:
+        state = load_checkpoint(accelerator, resume_from)
+        if state.get("world_size") != world or state.get("mode") != cfg.mode:
+            raise DataError(f"{resume_from}: cannot resume, it was written by world_size={state.get('world_size')} "
+                            f"mode={state.get('mode')} (now {world}, {cfg.mode}); use a new output_dir")
+        update = int(state["update"])
+        counters.update(state.get("counters", {}))
+
+    tracker = Tracker(accelerator, out, cfg.logging, cfg)
+    tracker.log(update, {"setup/params_trainable": trainable, "setup/params_total": total_params,
+                         "setup/processes": world, "setup/episodes": len(episodes), "setup/prompts": len(prompts),
+                         "setup/resumed_from_update": update})
+
+    def save(at: int) -> None:
+        state = {"update": at, "world_size": world, "mode": cfg.mode, "counters": dict(counters),
+                 "config": config_to_dict(cfg)}
+        save_checkpoint(accelerator, model, processor, out, at, state, cfg.checkpoint.keep_last)
+
+    last: dict[str, float] = {}
+    stopped_early = False
+    unwrapped = accelerator.unwrap_model(model)
+    while update < cfg.updates:
+        t0 = time.perf_counter()
+        # 1. rollout (the in-training model samples; eval mode, no grad)
+        generator = rollout_generator(cfg.seed, rank, update)
+        unwrapped.eval()
+        items = next_items(update * per_update, per_update)
+        with accelerator.autocast():
+            if cfg.mode == "single":
+                trajs = rollout_single(turns, [prompts[i] for i in items], cfg.group_size, update, unwrapped,
+                                       sampling, generator, cfg.single.reward, max_gen_batch)
+            else:
+                assert pool is not None
+                trajs = rollout_multi(pool, [episodes[i] for i in items], cfg.group_size, update, unwrapped,
+                                      sampling, generator, max_gen_batch)
+        t_rollout = time.perf_counter() - t0
+
+        # 2. advantages, broadcast to policy tokens
+        per_turn, zero_var = trajectory_advantages(trajs, cfg)
+        keep = [not (cfg.drop_zero_variance and bool(z)) for z in zero_var]
+        seqs = build_sequences(trajs, per_turn, keep)
+        # A process left without sequences (all groups dropped) still joins every collective with a
+        # zero-weight pass over one of its segments.
+        filler = seqs[:1] or build_sequences(trajs, per_turn, [True] * len(trajs))[:1] \
+            or [Sequence(trajs[0].segments[0], [0.0] * len(trajs[0].segments[0].response_ids))]
+
+        # 3. old-policy and reference log-probs
+        micro = cfg.micro_batch_size
+        scored = seqs if seqs else filler
+        fill_logprobs(unwrapped, turns, scored, micro, sampling.temperature, "old_logp", accelerator)
+        if cfg.kl_coef > 0:
+            if reference is not None:
+                fill_logprobs(reference, turns, scored, micro, sampling.temperature, "ref_logp", accelerator)
+            else:  # LoRA: the reference is the base model, i.e. the adapters switched off
+                with unwrapped.disable_adapter():
+                    fill_logprobs(unwrapped, turns, scored, micro, sampling.temperature, "ref_logp", accelerator)
+
+        # 4. policy update: epochs × mini-batches, each an exact reduction over its micro-batches
+        model.train()
+        sums = dict.fromkeys(("policy_loss", "kl", "entropy", "clipfrac", "approx_kl", "ratio", "tokens"), 0.0)
+        grad_norms: list[float] = []
+        order_rng = np.random.default_rng([cfg.seed, rank, update])
+        for epoch in range(cfg.epochs):
+            order = order_rng.permutation(len(seqs)).tolist()
+            for mb in range(cfg.mini_batches):
+                lr = set_lr((update * cfg.epochs + epoch) * cfg.mini_batches + mb)
+                mine = [seqs[i] for i in order[mb::cfg.mini_batches]]
+                plan = micro_batch_plan(accelerator, len(mine), micro)
+                denom = global_denominator(accelerator, mine, cfg.loss_agg)
+                begin_accumulation(accelerator, len(plan))
+                for batch in plan:
+                    chunk = [mine[i] for i in batch.indices] if batch.indices else filler
+                    inputs, start, tens = batch_tensors(turns, chunk, accelerator.device)
+                    width = inputs["input_ids"].shape[1]
+                    old = padded([s.old_logp for s in chunk], width, accelerator.device)
+                    ref = padded([s.ref_logp for s in chunk], width, accelerator.device) if cfg.kl_coef > 0 else None
+                    mask = tens["mask"] * batch.weight
+                    with accelerator.accumulate(model), accelerator.autocast():
+                        sc = score_tokens(model, inputs, start, sampling.temperature, with_entropy=True,
+                                          entropy_grad=cfg.entropy_coef > 0)
+                        # L = −min(ρA, clip(ρ, 1±ε)A) + β·k3(π, π_ref) − c_H·H, reduced by loss_agg
+                        pg, st = losses.clipped_policy_loss(sc.logp, old, tens["advantages"], cfg.clip)
+                        kl = losses.k3_kl(sc.logp, ref) if ref is not None else torch.zeros_like(pg)
+                        per_token = pg + cfg.kl_coef * kl
+                        if cfg.entropy_coef > 0:
+                            per_token = per_token - cfg.entropy_coef * sc.entropy
+                        total, _ = losses.loss_sum_and_count(per_token, mask, cfg.loss_agg)
+                        backward_scaled(accelerator, total * world / denom, len(plan))
+                        if accelerator.sync_gradients and cfg.optim.max_grad_norm > 0:
+                            norm = accelerator.clip_grad_norm_(params, cfg.optim.max_grad_norm)
+                            if norm is not None:
+                                grad_norms.append(float(norm))
+                        optimizer.step()
+                        optimizer.zero_grad(set_to_none=True)
+                    with torch.no_grad():
+                        sums["tokens"] += float(mask.sum())
+                        for key, value in (("policy_loss", pg), ("kl", kl), ("clipfrac", st["clipped"]),
+                                           ("approx_kl", st["approx_kl"]), ("ratio", st["ratio"])):
+                            sums[key] += float(losses.masked_sum(value.float(), mask))
+                        sums["entropy"] += float(losses.masked_sum(sc.entropy.detach(), mask))
+        update += 1
+
+        # 5. metrics (averaged over processes, counters summed), evaluation, checkpoint
+        counters["env_steps"] += sum(t.num_turns for t in trajs)
+        counters["episodes"] += len(trajs)
+        metrics = rollout_metrics(trajs, zero_var, keep)
+        tokens = max(1.0, sums["tokens"])
+        metrics.update({f"losses/{k}": v / tokens for k, v in sums.items() if k != "tokens"})
+        metrics.update({"losses/policy_tokens": sums["tokens"], "train/lr": lr,
+                        "train/rollout_seconds": t_rollout, "train/update_seconds": time.perf_counter() - t0,
+                        "charts/env_steps": counters["env_steps"], "charts/episodes": counters["episodes"]})
+        if grad_norms:
+            metrics["train/grad_norm"] = float(np.mean(grad_norms))
+        metrics = reduce_metrics(accelerator, metrics)
+        last = metrics
+        if update % max(1, cfg.logging.every) == 0 or update == cfg.updates:
+            tracker.log(update, metrics)
+        if heldout and (update % cfg.action_match.every == 0 or update == cfg.updates):
+            unwrapped.eval()
+            with accelerator.autocast():
+                tracker.log(update, action_match(turns, heldout, unwrapped, sampling.max_new_tokens, cfg.single.reward,
+                                                 cfg.micro_batch_size * 4))
+        if cfg.eval.task is not None and cfg.eval.every > 0 and update % cfg.eval.every == 0 and update < cfg.updates:
+            tracker.log(update, closed_loop_eval(accelerator, model, processor, cfg, update))
+        if cfg.checkpoint.every > 0 and update % cfg.checkpoint.every == 0 and update < cfg.updates:
+            save(update)
+        if stop_after is not None and update >= stop_after:
+            stopped_early = True
+            break
+        if cfg.time_limit_minutes > 0 and (time.perf_counter() - t_start) / 60 >= cfg.time_limit_minutes:
+            save(update)
+            stopped_early = True
+            break
+
+    # --- end
+    if pool is not None:
+        pool.close()
+    summary: dict[str, Any] = {"update": update, "updates": cfg.updates, "finished": update >= cfg.updates,
+                               "last": last, "seconds": time.perf_counter() - t_start}
+    if not stopped_early:
+        save(update)
+        save_hf_model(accelerator, model, processor, out / "final", merge_lora=cfg.model.lora.merge_on_save,
+                      dtype=cfg.model.save_dtype, meta={**model_meta, "trained_by": f"spatialrl train grpo --mode {cfg.mode}",
+                                                        "updates": update, "recipe": config_to_dict(cfg)})
+        final = closed_loop_eval(accelerator, model, processor, cfg, update)
+        if final:
+            tracker.log(update, final)
+        summary["final"] = final
+        if accelerator.is_main_process:
+            atomic_write_json(out / "summary.json", summary)
+    tracker.close()
+    accelerator.wait_for_everyone()
+    return summary
+
+
+def global_denominator(accelerator: Any, seqs: list[Sequence], mode: str) -> torch.Tensor:
+    """Σ over processes of a mini-batch's loss denominator (#policy tokens, or #sequences for seq-*)."""
+    if mode == "token-mean":
+        local = float(sum(sum(s.segment.response_mask) for s in seqs))
+    else:
+        local = float(sum(1 for s in seqs if any(s.segment.response_mask)))
+    total = accelerator.reduce(torch.tensor(local, device=accelerator.device, dtype=torch.float64), reduction="sum")
+    return total.clamp(min=1.0).float()
+
+
+def rollout_metrics(trajs: list[Trajectory], zero_var: torch.Tensor, keep: list[bool]) -> dict[str, float]:
+    """Per-update rollout statistics (``docs/rl.md`` defines each key)."""
+    returns = np.array([t.total_reward for t in trajs], dtype=np.float64)
+    groups = {t.group for t in trajs}
+    zero_groups = {t.group for t, z in zip(trajs, zero_var.tolist(), strict=True) if z}
+    out = {
+        "rollout/reward_mean": float(returns.mean()),
+        "rollout/reward_std": float(returns.std()),
+        "rollout/reward_min": float(returns.min()),
+        "rollout/reward_max": float(returns.max()),
+        "rollout/success_rate": float(np.mean([t.success for t in trajs])),
+        "rollout/turns_mean": float(np.mean([t.num_turns for t in trajs])),
+        "rollout/response_tokens_mean": float(np.mean([sum(sum(s.response_mask) for s in t.segments) for t in trajs])),
+        "rollout/segments_mean": float(np.mean([len(t.segments) for t in trajs])),
+        "rollout/cut_rate": float(np.mean([t.cut is not None for t in trajs])),
+        "rollout/zero_variance_group_rate": len(zero_groups) / max(1, len(groups)),
+        "rollout/kept_trajectories": float(sum(keep)),
+        "rollout/trajectories": float(len(trajs)),
+    }
+    out.update(reward_component_metrics(trajs))
+    return out

@@ -1,0 +1,166 @@
+"""Small pieces PPO and GRPO share: task options, deterministic task order and sampling seeds, exact
+gradient accumulation over a variable number of micro-batches, and metric reduction.
+
+Determinism without saved RNG state: the tasks a process plays in update ``u`` and the seed of its
+sampling generator are functions of ``(seed, rank, u)`` only, so a run resumed from a checkpoint at
+update ``u`` draws exactly what the uninterrupted run drew.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from spatialrl.rollout.trajectory import Trajectory
+
+
+def make_optimizer(accelerator: Any, params: list[torch.nn.Parameter], cfg: Any) -> torch.optim.Optimizer:
+    """AdamW over ``params`` from ``cfg.optim``; in CPU memory when ``cfg.optimizer_offload``."""
+    from accelerate.utils import DistributedType
+
+    o = cfg.optim
+    kwargs = dict(lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay)
+    if not cfg.optimizer_offload:
+        return torch.optim.AdamW(params, **kwargs)
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        from spatialrl.errors import DataError
+
+        raise DataError("optimizer_offload: not with DeepSpeed, which offloads itself "
+                        "(use configs/accelerate/zero2_offload_*.yaml and optimizer_offload=false)")
+    from spatialrl.train.offload import CPUOffloadAdamW
+
+    return CPUOffloadAdamW(params, **kwargs)
+
+
+def task_options(suite: Any, task_cfg: Any) -> dict[str, Any]:
+    """The suite's options for a training task, built like ``spatialrl eval`` builds them."""
+    options = dict(suite.default_options)
+    if task_cfg.data is not None:
+        options["data"] = task_cfg.data
+    if task_cfg.split is not None:
+        options["split"] = task_cfg.split
+    options.update(task_cfg.options)
+    return options
+
+
+def episode_sampler(n: int, seed: int, rank: int) -> Callable[[int, int], list[int]]:
+    """``take(start, count)``: items ``start .. start+count-1`` of this process's endless stream of
+    indices into ``n`` items — epoch after epoch, each a permutation fixed by ``(seed, rank, epoch)``."""
+    if n < 1:
+        raise ValueError("episode_sampler needs at least one item")
+
+    def take(start: int, count: int) -> list[int]:
+        out = []
+        for k in range(start, start + count):
+            epoch, pos = divmod(k, n)
+            out.append(int(np.random.default_rng([seed, rank, epoch]).permutation(n)[pos]))
+        return out
+
+    return take
+
+
+def rollout_generator(seed: int, rank: int, update: int, device: str | torch.device = "cpu") -> torch.Generator:
+    """The sampling generator of one process in one update (seeded from ``(seed, rank, update)``)."""
+    g = torch.Generator(device=device)
+    g.manual_seed(int(np.random.default_rng([seed, rank, update]).integers(2**62)))
+    return g
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """Indices of the local items in one forward pass; ``weight`` 0 marks a filler pass (a process with
+    fewer items still joins every collective of the optimiser step, contributing zero gradient)."""
+
+    indices: tuple[int, ...]
+    weight: float
+
+
+def micro_batch_plan(accelerator: Any, n_items: int, micro: int) -> list[MicroBatch]:
+    """Split ``n_items`` into micro-batches of ``micro``; pad with fillers to the largest count of any
+    process, since every process must run the same number of backward passes per optimiser step."""
+    local = math.ceil(n_items / micro) if n_items else 0
+    count = int(accelerator.reduce(torch.tensor(local, device=accelerator.device), reduction="max").item()) \
+        if accelerator.num_processes > 1 else local
+    count = max(count, 1)
+    plan = [MicroBatch(tuple(range(i * micro, min(n_items, (i + 1) * micro))), 1.0) for i in range(local)]
+    plan += [MicroBatch((), 0.0)] * (count - local)
+    return plan
+
+
+def begin_accumulation(accelerator: Any, n_micro: int) -> None:
+    """Make the next ``n_micro`` ``accelerator.accumulate`` blocks one optimiser step: gradients sync and
+    the optimiser steps after the last one (``accelerate`` counts blocks in ``accelerator.step``)."""
+    accelerator.gradient_accumulation_steps = n_micro
+    accelerator.step = 0
+
+
+def backward_scaled(accelerator: Any, loss: torch.Tensor, n_micro: int) -> None:
+    """Backward of a loss already normalised over the whole optimiser step. ``accelerate`` divides by its
+    accumulation count outside DeepSpeed (undone here); DeepSpeed divides by its own configured count,
+    which our accelerators keep at 1."""
+    from accelerate.utils import DistributedType
+
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        accelerator.backward(loss)
+    else:
+        accelerator.backward(loss * n_micro)
+
+
+def reward_component_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """``rewards/<name>/mean|std``: per-trajectory sums of every numeric ``reward_*`` field of the step
+    records (TVR: step, format, progress, terminal), so each shaped component is visible on its own."""
+    names = sorted({k for t in trajs for rec in t.turn_records for k, v in rec.items()
+                    if k.startswith("reward_") and isinstance(v, int | float) and not isinstance(v, bool)})
+    out = {}
+    for name in names:
+        totals = np.array([sum(float(rec.get(name, 0.0)) for rec in t.turn_records) for t in trajs])
+        out[f"rewards/{name[len('reward_'):]}/mean"] = float(totals.mean())
+        out[f"rewards/{name[len('reward_'):]}/std"] = float(totals.std())
+    return out
+
+
+def reduce_metrics(accelerator: Any, metrics: dict[str, float], sum_prefixes: tuple[str, ...] = ("charts/",)) -> dict[str, float]:
+    """Combine every process's metrics: keys under ``sum_prefixes`` (counters) are summed, the rest
+    averaged (each process contributes the same number of tasks/steps, so the mean is exact)."""
+    if accelerator.num_processes == 1:
+        return metrics
+    keys = sorted(metrics)
+    values = torch.tensor([float(metrics[k]) for k in keys], device=accelerator.device, dtype=torch.float64)
+    total = accelerator.reduce(values, reduction="sum")
+    n = accelerator.num_processes
+    return {k: (v if k.startswith(sum_prefixes) else v / n) for k, v in zip(keys, total.tolist(), strict=True)}
+
+
+def stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    """``prefix/mean|std|min|max`` of a tensor (the reference's reward/value/return summaries)."""
+    v = values.double().flatten()
+    if v.numel() == 0:
+        return {}
+    return {f"{prefix}_mean": float(v.mean()), f"{prefix}_std": float(v.std(unbiased=False)),
+            f"{prefix}_min": float(v.min()), f"{prefix}_max": float(v.max())}
+
+
+def episode_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """Over the episodes that ended in this update: ``episodes/count``, ``episodes/return_*`` and the
+    mean of every numeric field of the env's ``info["episode"]`` (``success`` → success rate; V-IRL's
+    ``per_step_accuracy``; TVR's errors and action counts ...) as ``episodes/<field>``."""
+    out: dict[str, float] = {"episodes/count": float(len(trajs))}
+    if not trajs:
+        return out
+    out.update(stats("episodes/return", torch.tensor([t.total_reward for t in trajs])))
+    out["episodes/length_mean"] = float(np.mean([t.num_turns for t in trajs]))
+    out["episodes/cut_rate"] = float(np.mean([t.cut is not None for t in trajs]))
+    fields: dict[str, list[float]] = {}
+    for t in trajs:
+        for k, v in (t.episode or {"success": False}).items():
+            if isinstance(v, bool | int | float):
+                fields.setdefault(k, []).append(float(v))
+    for k, vals in sorted(fields.items()):
+        if len(vals) == len(trajs):
+            out[f"episodes/{k}"] = float(np.mean(vals))
+    return out
