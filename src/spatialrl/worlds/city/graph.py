@@ -51,6 +51,11 @@ class LocalFrame:
         lng = self.lng0 + np.degrees(p[:, 0] / m_lng)
         return np.round(np.stack([lat, lng], axis=1), LATLNG_DECIMALS)
 
+    def snap(self, xz: np.ndarray) -> np.ndarray:
+        """Local points moved onto the lat/lng grid that gets written (about 1 cm), so every heading
+        and distance computed from them equals one recomputed from the written geocodes."""
+        return self.to_local(self.to_latlng(xz))
+
     def to_local(self, latlng: np.ndarray) -> np.ndarray:
         """(N, 2) [lat, lng] degrees → (N, 2) metres (x east, z north)."""
         q = np.asarray(latlng, dtype=np.float64).reshape(-1, 2)
@@ -116,12 +121,8 @@ class StreetGraph:
 
 
 def build_street_graph(style: CityStyle, lattice_size: tuple[int, int]) -> StreetGraph:
-    """The rotated lattice of ``lattice_size`` blocks plus diagonal boulevards through lattice nodes.
-
-    Diagonals run along ``j - i = c`` (towards +i+j) and ``i + j = c`` (towards -i+j). Both families
-    pass through the centre node; with ``extra_diagonals`` two more cross the first pair at nodes
-    (same parity of c), so no diagonal ever crosses another street between intersections.
-    """
+    """The rotated lattice of ``lattice_size`` blocks plus two diagonal boulevards through its nodes
+    (one towards +i+j, one towards -i+j), so streets run in 8 directions."""
     ni, nj = lattice_size
     bi, bj = style.block
     rot = math.radians(style.grid_rotation_deg)
@@ -155,11 +156,10 @@ def build_street_graph(style: CityStyle, lattice_size: tuple[int, int]) -> Stree
     for i in range(ni + 1):  # avenues along +j
         add_street(named(style.avenue_names, i, style.avenue_suffix), style.avenue_width,
                    [(i, j) for j in range(nj + 1)])
-    ne = [0] + ([-ni // 2, ni // 2] if style.extra_diagonals else [])
-    nw = [ni] + ([ni // 2, ni + ni // 2] if style.extra_diagonals else [])
-    diagonals = [[(i, i + c) for i in range(ni + 1) if 0 <= i + c <= nj] for c in ne]
-    diagonals += [[(i, c - i) for i in range(ni, -1, -1) if 0 <= c - i <= nj] for c in nw]
-    for k, cells in enumerate(d for d in diagonals if len(d) >= 2):
+    # Two diagonal boulevards through the centre node (j - i = 0 and i + j = ni), corner to corner
+    # on a square lattice; they meet other streets only at lattice nodes.
+    diagonals = [[(i, i) for i in range(ni + 1) if i <= nj], [(i, ni - i) for i in range(ni, -1, -1) if ni - i <= nj]]
+    for k, cells in enumerate(diagonals):
         add_street(style.diagonal_names[k % len(style.diagonal_names)], style.diagonal_width, cells)
 
     return StreetGraph(

@@ -37,7 +37,6 @@ class CityStyle:
     block: tuple[float, float]  # centreline spacing along the lattice i and j axes
     blocks: tuple[int, int]  # lattice size (i, j) of a full city; both even (diagonals cross at a node)
     tiny_blocks: tuple[int, int]  # lattice size of the --tiny preset
-    extra_diagonals: bool  # two more diagonal avenues besides the two through the centre
     street_width: float  # curb to curb
     avenue_width: float  # curb to curb of the lattice's j-axis streets
     diagonal_width: float
@@ -118,13 +117,12 @@ _ORDINALS = tuple(
 
 METRO = CityStyle(
     name="metro",
-    summary="dense grid metropolis: tall glass and brick blocks, wide avenues, diagonal boulevards (training city)",
+    summary="dense grid metropolis: tall glass and brick blocks, wide avenues, two diagonal boulevards (training city)",
     origin=(41.0231, -72.1458),
     grid_rotation_deg=8.0,
-    block=(78.0, 70.0),
-    blocks=(12, 12),
+    block=(66.0, 60.0),
+    blocks=(14, 14),
     tiny_blocks=(4, 4),
-    extra_diagonals=True,
     street_width=10.0,
     avenue_width=13.0,
     diagonal_width=14.0,
@@ -182,7 +180,6 @@ HILLSIDE = CityStyle(
     block=(62.0, 58.0),
     blocks=(12, 12),
     tiny_blocks=(4, 4),
-    extra_diagonals=False,
     street_width=9.0,
     avenue_width=10.0,
     diagonal_width=11.0,
@@ -218,8 +215,8 @@ HILLSIDE = CityStyle(
     ground_color=_rgb("#7e9a5c"),
     center_line=True,
     crosswalks=True,
-    hill_amplitude=9.0,
-    hill_wavelength=420.0,
+    hill_amplitude=11.0,
+    hill_wavelength=300.0,
     tree_spacing=11.0,
     tree_trunk_color=_rgb("#5a4632"),
     tree_crown_colors=(_rgb("#5c8f45"), _rgb("#6fa052"), _rgb("#4f7f3f"), _rgb("#87a84f")),
@@ -241,7 +238,6 @@ OLDTOWN = CityStyle(
     block=(54.0, 50.0),
     blocks=(14, 14),
     tiny_blocks=(4, 4),
-    extra_diagonals=False,
     street_width=6.0,
     avenue_width=7.0,
     diagonal_width=8.0,

@@ -3,8 +3,8 @@
 Everything that stands on the ground (road strips, sidewalks, building bases, trees, lamps, the
 panorama cameras) asks this one function for its height, so the world stays watertight on slopes.
 The hills are two crossed sine waves with a seed-dependent phase: smooth enough that a 10 m wide
-road has almost no cross-slope, steep enough (about 1 in 8 at most) to read as "hills" in the
-pixels.
+road keeps a modest cross-slope, steep enough (grades up to about 25 %, like San Francisco's) to read
+as hills in the pixels.
 """
 
 from __future__ import annotations

@@ -1,0 +1,56 @@
+"""`spatialrl virl make-city`: generate a city and write it as a V-IRL dataset.
+
+Mounted on the V-IRL CLI (``spatialrl.envs.virl.cli`` registers ``make_city`` when this module
+exists). Light imports only: the generator (numpy, OpenGL) loads inside the command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def make_city(
+    out: Annotated[Path, typer.Option("--out", help="Folder to write (route_infos.json, gps_pano_mapping.pkl, "
+                                                    "street_views/, city.json, contact_sheet.png).")],
+    style: Annotated[str, typer.Option(help="metro (training city) | hillside | oldtown (visual OOD).")] = "metro",
+    routes: Annotated[int | None, typer.Option(help="Routes to write (default 1000; 20 with --tiny).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed: the same seed writes the same bytes.")] = 0,
+    tiny: Annotated[bool, typer.Option("--tiny", help="A few blocks, small panoramas: a dataset in seconds.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace --out if it exists.")] = False,
+    pano_width: Annotated[int | None, typer.Option(help="Panorama width in px, height = width/2 "
+                                                        "(default 2048; 512 with --tiny).")] = None,
+    jpeg_quality: Annotated[int, typer.Option(help="JPEG quality of the panoramas.")] = 90,
+    contact_sheet: Annotated[bool, typer.Option(help="Write contact_sheet.png.")] = True,
+) -> None:
+    """Generate a city (streets, buildings, named shops with signs) and write it as a V-IRL dataset."""
+    from rich.console import Console
+
+    from spatialrl.errors import SpatialRLError
+    from spatialrl.worlds.city.styles import STYLES
+    from spatialrl.worlds.city.writer import TINY_ROUTES
+    from spatialrl.worlds.city.writer import make_city as write_city
+
+    console = Console(stderr=True)
+    if style not in STYLES:
+        console.print(f"[red]error:[/red] unknown style {style!r}; choose from {', '.join(STYLES)}")
+        raise typer.Exit(2)
+    n = routes if routes is not None else (TINY_ROUTES if tiny else 1000)
+    try:
+        path = write_city(style, n, seed, out, tiny=tiny, force=force, pano_width=pano_width,
+                          jpeg_quality=jpeg_quality, contact_sheet=contact_sheet)
+    except FileExistsError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    except (SpatialRLError, ValueError) as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    import json
+
+    manifest = json.loads((path / "city.json").read_text(encoding="utf-8"))
+    r = manifest["routes"]
+    hist = ", ".join(f"{k}: {v}" for k, v in r["milestones_histogram"].items() if v)
+    typer.echo(f"wrote {path}: {r['count']} routes ({hist} milestones), "
+               f"{manifest['panoramas']['count']} panoramas, style {manifest['style']}, seed {manifest['seed']}")
