@@ -1,7 +1,8 @@
 """`spatialrl data ...` (expert datasets) and `spatialrl train ...` (trainers).
 
-Trainers register on ``train_app`` as ``spatialrl train <algo> CONFIG [--a.b=value ...]``; a new one
-(ppo, grpo) adds a function with :func:`trainer_command` and calls its own ``train(cfg)``. Heavy
+Trainers register on ``train_app`` as ``spatialrl train <algo> CONFIG [--a.b=value ...]``: a command with
+``context_settings=OVERRIDE_CONTEXT`` that hands its config class and ``module:train`` to
+:func:`run_trainer` (see ``sft_command``). Heavy
 imports (torch, transformers) happen inside the commands so ``spatialrl --help`` stays fast.
 """
 

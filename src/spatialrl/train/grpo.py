@@ -67,6 +67,7 @@ from spatialrl.train.rl_common import (
     make_optimizer,
     micro_batch_plan,
     reduce_metrics,
+    refuse_sharded_rollouts,
     reward_component_metrics,
     rollout_generator,
     task_options,
@@ -272,6 +273,7 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(out / "config.json", config_to_dict(cfg))
     world, rank = accelerator.num_processes, accelerator.process_index
+    refuse_sharded_rollouts(accelerator)
     t_start = time.perf_counter()
 
     # --- task
@@ -325,11 +327,11 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
     if cfg.mode == "single":
         chosen = episodes[: cfg.single.expert_episodes] if cfg.single.expert_episodes > 0 else episodes
         prompts = expert_prompts(suite, options, chosen)
-        next_items = episode_sampler(len(prompts), cfg.seed, rank)
+        next_items = episode_sampler(len(prompts), cfg.seed, rank, world)
     else:
         pool = EnvPool(suite, options, turns, cfg.tasks_per_update * cfg.group_size, cfg.task.max_turns,
                        cfg.task.max_tokens)
-        next_items = episode_sampler(len(episodes), cfg.seed, rank)
+        next_items = episode_sampler(len(episodes), cfg.seed, rank, world)
     per_update = cfg.single.prompts_per_update if cfg.mode == "single" else cfg.tasks_per_update
     heldout: list[ExpertPrompt] = []
     if cfg.action_match.every > 0:
@@ -456,7 +458,7 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
                         "charts/env_steps": counters["env_steps"], "charts/episodes": counters["episodes"]})
         if grad_norms:
             metrics["train/grad_norm"] = float(np.mean(grad_norms))
-        metrics = reduce_metrics(accelerator, metrics)
+        metrics = reduce_metrics(accelerator, metrics, weights={"losses/": "losses/policy_tokens"})
         last = metrics
         if update % max(1, cfg.logging.every) == 0 or update == cfg.updates:
             tracker.log(update, metrics)

@@ -73,6 +73,7 @@ from spatialrl.train.rl_common import (
     episode_sampler,
     make_optimizer,
     reduce_metrics,
+    refuse_sharded_rollouts,
     reward_component_metrics,
     rollout_generator,
     stats,
@@ -154,6 +155,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(out / "config.json", config_to_dict(cfg))
     world, rank = accelerator.num_processes, accelerator.process_index
+    refuse_sharded_rollouts(accelerator)
     t_start = time.perf_counter()
 
     # --- task: this process's endless stream of episodes
@@ -166,7 +168,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
         episodes = episodes[: cfg.task.limit]
     if not episodes:
         raise DataError(f"task {cfg.task.name}: no episodes in this split/options")
-    next_episode = episode_sampler(len(episodes), cfg.seed, rank)
+    next_episode = episode_sampler(len(episodes), cfg.seed, rank, world)
 
     # --- model + value head (one module, so DeepSpeed/FSDP see a single model), optimiser, schedule
     if prebuilt is not None:
@@ -390,7 +392,9 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
                         "charts/update_samples": float(len(flat))})
         if grad_norms:
             metrics["train/grad_norm"] = float(np.mean(grad_norms))
-        metrics = reduce_metrics(accelerator, metrics, sum_prefixes=("charts/", "train/samples_per_minute"))
+        metrics = reduce_metrics(accelerator, metrics,
+                                 sum_prefixes=("charts/", "train/samples_per_minute", "episodes/count"),
+                                 weights={"episodes/": "episodes/count", "rewards/": "episodes/count"})
         last = metrics
         if update % max(1, cfg.logging.every) == 0 or update == cfg.updates:
             tracker.log(update, metrics)

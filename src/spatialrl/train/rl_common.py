@@ -37,6 +37,24 @@ def make_optimizer(accelerator: Any, params: list[torch.nn.Parameter], cfg: Any)
     return CPUOffloadAdamW(params, **kwargs)
 
 
+def refuse_sharded_rollouts(accelerator: Any) -> None:
+    """Stop before training when FSDP shards the policy over several processes.
+
+    Rollouts and scoring run a different number of forward passes on each process (episodes end at
+    different turns, answers stop at different lengths, sequence counts differ), and every FSDP forward
+    all-gathers the parameters, so the processes would wait on each other forever. DDP and DeepSpeed
+    ZeRO-2 keep whole weights on every process (their forwards need no collective); FSDP on one process
+    is fine.
+    """
+    from spatialrl.errors import DataError
+    from spatialrl.train.common import is_fsdp
+
+    if accelerator.num_processes > 1 and is_fsdp(accelerator):
+        raise DataError("accelerate config: FSDP over several processes is not supported by the RL trainers "
+                        "(per-process rollouts run unequal numbers of forwards and FSDP's all-gathers would "
+                        "deadlock); use configs/accelerate/ddp_*gpu.yaml or zero2_*gpu.yaml")
+
+
 def task_options(suite: Any, task_cfg: Any) -> dict[str, Any]:
     """The suite's options for a training task, built like ``spatialrl eval`` builds them."""
     options = dict(suite.default_options)
@@ -48,17 +66,26 @@ def task_options(suite: Any, task_cfg: Any) -> dict[str, Any]:
     return options
 
 
-def episode_sampler(n: int, seed: int, rank: int) -> Callable[[int, int], list[int]]:
-    """``take(start, count)``: items ``start .. start+count-1`` of this process's endless stream of
-    indices into ``n`` items — epoch after epoch, each a permutation fixed by ``(seed, rank, epoch)``."""
+def episode_sampler(n: int, seed: int, rank: int, world: int = 1) -> Callable[[int, int], list[int]]:
+    """``take(start, count)``: items ``start .. start+count-1`` of this process's share of one endless
+    stream of indices into ``n`` items — epoch after epoch, each a permutation fixed by ``(seed, epoch)``.
+
+    The stream is dealt round-robin: item ``k`` of process ``rank`` is stream position ``k·world + rank``.
+    So ``world`` processes that each take ``count`` items per update together take exactly the block one
+    process taking ``world·count`` would take: the same global batch of tasks at any process count (no
+    task twice in an update, every task once per epoch), and a single process draws what it always drew.
+    """
     if n < 1:
         raise ValueError("episode_sampler needs at least one item")
+    if not 0 <= rank < world:
+        raise ValueError(f"episode_sampler: rank {rank} outside a world of {world}")
 
     def take(start: int, count: int) -> list[int]:
         out = []
         for k in range(start, start + count):
-            epoch, pos = divmod(k, n)
-            out.append(int(np.random.default_rng([seed, rank, epoch]).permutation(n)[pos]))
+            epoch, pos = divmod(k * world + rank, n)
+            # (0 in the seed keeps the stream a single process drew before the stream was shared)
+            out.append(int(np.random.default_rng([seed, 0, epoch]).permutation(n)[pos]))
         return out
 
     return take
@@ -124,16 +151,53 @@ def reward_component_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     return out
 
 
-def reduce_metrics(accelerator: Any, metrics: dict[str, float], sum_prefixes: tuple[str, ...] = ("charts/",)) -> dict[str, float]:
-    """Combine every process's metrics: keys under ``sum_prefixes`` (counters) are summed, the rest
-    averaged (each process contributes the same number of tasks/steps, so the mean is exact)."""
+def reduce_metrics(accelerator: Any, metrics: dict[str, float], sum_prefixes: tuple[str, ...] = ("charts/",),
+                   weights: dict[str, str] | None = None) -> dict[str, float]:
+    """Combine every process's metrics into one dict (the same on every process).
+
+    Keys under ``sum_prefixes`` (counters) are summed; keys ending in ``_min`` / ``_max`` take the
+    minimum / maximum; every other key is averaged over the processes that reported it — weighted, for
+    keys under a prefix in ``weights``, by each process's own value of the named key (PPO: ``episodes/*``
+    by ``episodes/count``, since processes finish different numbers of episodes per update).
+
+    Processes may report different keys (one that finished no episode this update has no
+    ``episodes/return_mean``), so the key set is agreed first; a plain all-reduce over each process's own
+    sorted keys would mix up values or fail on the size mismatch.
+    """
     if accelerator.num_processes == 1:
         return metrics
-    keys = sorted(metrics)
-    values = torch.tensor([float(metrics[k]) for k in keys], device=accelerator.device, dtype=torch.float64)
-    total = accelerator.reduce(values, reduction="sum")
-    n = accelerator.num_processes
-    return {k: (v if k.startswith(sum_prefixes) else v / n) for k, v in zip(keys, total.tolist(), strict=True)}
+    from accelerate.utils import gather_object
+
+    keys = sorted({k for ks in gather_object([sorted(metrics)]) for k in ks})
+    weights = weights or {}
+
+    def weight(key: str) -> float:
+        for prefix, by in weights.items():
+            if key.startswith(prefix) and key != by and not key.startswith(sum_prefixes):
+                return float(metrics.get(by, 0.0))
+        return 1.0
+
+    rows = []  # per key: weighted value, weight, value for max, negated value for min
+    for k in keys:
+        if k in metrics:
+            v, w = float(metrics[k]), weight(k)
+            rows.append([v * w, w, v, -v])
+        else:
+            rows.append([0.0, 0.0, -math.inf, -math.inf])
+    table = torch.tensor(rows, device=accelerator.device, dtype=torch.float64)
+    summed = accelerator.reduce(table[:, :2].contiguous(), reduction="sum").tolist()
+    peaks = accelerator.reduce(table[:, 2:].contiguous(), reduction="max").tolist()
+    out = {}
+    for k, (vw, w), (hi, neg_lo) in zip(keys, summed, peaks, strict=True):
+        if k.startswith(sum_prefixes):
+            out[k] = vw
+        elif k.endswith("_max"):
+            out[k] = hi
+        elif k.endswith("_min"):
+            out[k] = -neg_lo
+        elif w > 0:
+            out[k] = vw / w
+    return out
 
 
 def stats(prefix: str, values: torch.Tensor) -> dict[str, float]:

@@ -189,11 +189,13 @@ def check_sync(accelerator: Any, model: Any, step: int) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ train
-def train(cfg: SFTConfig, stop_after: int | None = None) -> dict[str, Any]:
+def train(cfg: SFTConfig, stop_after: int | None = None, prebuilt: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """Run SFT; returns the final summary (also written to ``OUTPUT/summary.json``).
 
     ``stop_after`` ends the run after that many updates *as if it were killed* (no final save) — how
-    the tests check that resuming continues bit-exactly.
+    the tests check that resuming continues bit-exactly. ``prebuilt`` = ``(model, processor)`` built by
+    the caller replaces ``cfg.model.path``, as in the RL trainers (the scaling benchmark's random
+    11B-sized model, never written to disk).
     """
     # --- setup
     accelerator = make_accelerator(cfg.model.dtype, cfg.grad_accum, cfg.per_device_batch_size,
@@ -212,7 +214,10 @@ def train(cfg: SFTConfig, stop_after: int | None = None) -> dict[str, Any]:
     per_epoch, total_updates = update_plan(cfg, len(train_set), world)
 
     # --- model, optimiser, schedule
-    model, processor, model_meta = load_model_and_processor(cfg.model, cfg.seed)
+    if prebuilt is not None:
+        (model, processor), model_meta = prebuilt, {"source": "prebuilt"}
+    else:
+        model, processor, model_meta = load_model_and_processor(cfg.model, cfg.seed)
     model_type = model.config.model_type
     model = prepare_trainable(model, cfg.model)
     trainable, total_params = count_parameters(model)

@@ -1,0 +1,153 @@
+"""The SFT trainer on CPU with the built-in tiny model and real expert data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from spatialrl.errors import DataError
+from spatialrl.train.config import SFTConfig, load_config
+from spatialrl.train.data import SFTDataset
+from spatialrl.train.sft import Collator, token_loss, train
+
+
+def make_cfg(out: Path, data: Path, model: Path, **overrides) -> SFTConfig:
+    base = {"output_dir": str(out), "data.train": str(data), "model.path": str(model), "max_steps": 4,
+            "per_device_batch_size": 2, "grad_accum": 1, "optim.lr": 3e-3, "optim.warmup_ratio": 0.0,
+            "logging.every": 1, "logging.report_to": "none", "checkpoint.resume": "never"}
+    return load_config(SFTConfig, None, {**base, **overrides})
+
+
+def mean_loss(model_dir: Path, data: Path) -> float:
+    """Token-mean loss of a saved model on every sample (independent of the trainer's own logging)."""
+    from transformers import AutoModelForImageTextToText
+
+    from spatialrl.models.processor import load_processor
+
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
+    collate = Collator(load_processor(model_dir), model.config.model_type, None)
+    dataset = SFTDataset(data)
+    total = count = 0.0
+    with torch.no_grad():
+        for i in range(0, min(len(dataset), 16), 8):
+            loss_sum, n, _ = token_loss(model, collate([dataset[j] for j in range(i, min(i + 8, len(dataset)))]))
+            total, count = total + loss_sum.item(), count + n.item()
+    return total / count
+
+
+def losses(out: Path) -> list[float]:
+    return [r["train/loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+            if "train/loss" in r]
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_a_few_steps_lower_the_loss_on_expert_data(tmp_path, tvr_ao_data, tiny_builtin):
+    before = mean_loss(tiny_builtin, tvr_ao_data)
+    summary = train(make_cfg(tmp_path / "run", tvr_ao_data, tiny_builtin, max_steps=8, per_device_batch_size=4))
+    after = mean_loss(tmp_path / "run" / "final", tvr_ao_data)
+    assert summary["finished"] and summary["step"] == 8
+    assert after < before - 1.0, (before, after)  # from ~ln(vocab) towards the answers' few tokens
+    assert losses(tmp_path / "run")[-1] < losses(tmp_path / "run")[0]
+
+
+def test_resume_continues_bit_exactly(tmp_path, gp_vl_data, tiny_builtin):
+    """Kill after 3 updates (last checkpoint at 2), resume: same losses and weights as one straight run."""
+    common = {"grad_accum": 2, "checkpoint.every": 2, "checkpoint.resume": "auto", "max_steps": 4}
+    straight = tmp_path / "straight"
+    train(make_cfg(straight, gp_vl_data, tiny_builtin, **common))
+    resumed = tmp_path / "resumed"
+    train(make_cfg(resumed, gp_vl_data, tiny_builtin, **common), stop_after=3)
+    assert not (resumed / "final").exists()
+    train(make_cfg(resumed, gp_vl_data, tiny_builtin, **common))
+    straight_losses, resumed_losses = losses(straight), losses(resumed)
+    assert resumed_losses == straight_losses[:3] + straight_losses[2:]  # update 3 ran twice, identically
+    a, b = weights(straight / "final"), weights(resumed / "final")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    state = json.loads((resumed / "checkpoints" / "step-000004" / "trainer_state.json").read_text())
+    assert state["step"] == 4 and state["config"]["grad_accum"] == 2
+
+
+def test_gradient_accumulation_equals_the_bigger_batch(tmp_path, virl_data, tiny_builtin):
+    """Every assistant token weighs the same, however the update's samples are split into micro-batches."""
+    train(make_cfg(tmp_path / "big", virl_data, tiny_builtin, max_steps=1, per_device_batch_size=4))
+    train(make_cfg(tmp_path / "acc", virl_data, tiny_builtin, max_steps=1, per_device_batch_size=2, grad_accum=2))
+    a, b = weights(tmp_path / "big" / "final"), weights(tmp_path / "acc" / "final")
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+    assert any(not torch.equal(a[k], weights(tiny_builtin)[k]) for k in a)  # and the update did something
+
+
+def test_lora_with_a_frozen_vision_tower(tmp_path, tvr_ao_data, tiny_builtin):
+    cfg = make_cfg(tmp_path / "lora", tvr_ao_data, tiny_builtin, max_steps=3, **{
+        "model.freeze_vision": True, "model.lora.enabled": True, "model.lora.r": 4,
+        "model.gradient_checkpointing": True, "optim.lr": 1e-2})
+    train(cfg)
+    init, merged = weights(tiny_builtin), weights(tmp_path / "lora" / "final")
+    changed = {k for k in init if not torch.equal(init[k], merged[k])}
+    assert changed and all(k.startswith("model.layers.") and k.endswith("proj.weight") for k in changed)
+    assert not any(k.startswith("visual.") for k in init if not torch.equal(init[k], merged[k]))
+    metrics = [json.loads(x) for x in (tmp_path / "lora" / "metrics.jsonl").read_text().splitlines()]
+    setup = metrics[0]
+    assert 0 < setup["setup/params_trainable"] < setup["setup/params_total"] / 5
+
+
+def test_closed_loop_eval_during_training(tmp_path, gp_data, tiny_builtin):
+    out = tmp_path / "run"
+    summary = train(make_cfg(out, gp_data, tiny_builtin, max_steps=2, **{
+        "eval.task": "gp", "eval.every": 1, "eval.episodes": 2, "eval.max_new_tokens": 8,
+        "eval.options": {"mode": "l", "episodes": 3, "split": "in-dist"}, "data.eval": str(gp_data),
+        "model.save_dtype": "bfloat16"}))
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if "eval/overall/success_rate" in r]
+    assert [r["step"] for r in evals] == [1, 2]  # periodic + final
+    episodes = (out / "eval" / "step-000001" / "episodes.jsonl").read_text().splitlines()
+    assert len(episodes) == 2 and json.loads(episodes[0])["agent"] == "sft-step1"
+    assert "heldout/loss" in summary["final"] and summary["final"]["heldout/tokens"] > 0
+    final = load_file(str(out / "final" / "model.safetensors"))
+    assert {t.dtype for t in final.values()} == {torch.bfloat16}
+    meta = json.loads((out / "final" / "spatialrl_model.json").read_text())
+    assert meta["trained_by"] == "spatialrl train sft" and meta["updates"] == 2
+    assert meta["dataset"]["task"] == "gp" and meta["recipe"]["max_steps"] == 2
+
+
+def test_preset_overrides_build_a_smaller_model(tmp_path, gp_data):
+    cfg = make_cfg(tmp_path / "p", gp_data, "x", max_steps=1, **{
+        "model.path": "preset:tiny", "model.preset_overrides": {"num_layers": 1, "intermediate_size": 64}})
+    train(cfg)
+    meta = json.loads((tmp_path / "p" / "final" / "spatialrl_model.json").read_text())
+    assert meta["preset"] == "tiny" and meta["preset_overrides"] == {"num_layers": 1, "intermediate_size": 64}
+    assert meta["preset_sizes"]["num_layers"] == 1
+    with pytest.raises(DataError, match="unknown field"):
+        train(make_cfg(tmp_path / "q", gp_data, "x", **{"model.path": "preset:tiny",
+                                                        "model.preset_overrides": {"layers": 1}}))
+
+
+def test_resume_refuses_a_changed_batch_layout(tmp_path, gp_data, tiny_builtin):
+    out = tmp_path / "run"
+    train(make_cfg(out, gp_data, tiny_builtin, max_steps=2, **{"checkpoint.every": 1}), stop_after=1)
+    with pytest.raises(DataError, match="per_device_batch_size was 2 and is now 1"):
+        train(make_cfg(out, gp_data, tiny_builtin, max_steps=2, per_device_batch_size=1,
+                       **{"checkpoint.resume": "auto"}))
+
+
+def test_train_cli(tmp_path, gp_data, tiny_builtin):
+    from spatialrl.cli import app
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"data: {{train: {gp_data}}}\nmodel: {{path: {tiny_builtin}}}\nlogging: {{report_to: none}}\n")
+    runner = CliRunner()
+    ok = runner.invoke(app, ["train", "sft", str(recipe), f"--output_dir={tmp_path / 'o'}", "--max_steps=1",
+                             "--per_device_batch_size=2"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["step"] == 1
+    bad = runner.invoke(app, ["train", "sft", str(recipe), "--optim.lrr=1"])
+    assert bad.exit_code == 2 and "did you mean 'lr'" in bad.output
+    listing = runner.invoke(app, ["train", "sft", "--help-config"])
+    assert listing.exit_code == 0 and "optim.warmup_ratio" in listing.output
