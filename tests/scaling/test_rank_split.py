@@ -4,7 +4,6 @@ shared task stream, and the combination of per-process metrics (two real gloo pr
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 import socket
 import sys
