@@ -21,31 +21,18 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import cv2
 import numpy as np
+from common import git_commit, machine  # noqa: E402  (benchmarks/ is on sys.path)
 
 from spatialrl.worlds.city.geometry import build_meshes
 from spatialrl.worlds.city.panorama import PanoramaRenderer
 from spatialrl.worlds.city.world import build_city
 from spatialrl.worlds.city.writer import make_city
-
-
-def machine() -> str:
-    cpu = platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{platform.node()} ({os.cpu_count()} cpu, {cpu})"
 
 
 def pano_rate(pr: PanoramaRenderer, panos: list[int], width: int) -> tuple[float, float, float]:
@@ -115,7 +102,7 @@ def main() -> None:
         "machine": machine(),
         "render_device": device,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "commit": git_commit(),
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "rows": rows,
         "full_metro": {"build_s": round(build_s, 1), "panos": len(full.panos), "tiles": len(tiles),

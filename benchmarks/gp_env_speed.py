@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import platform
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
+from common import git_commit, machine  # noqa: E402  (benchmarks/ is on sys.path)
 
 from spatialrl.agents.expert import ExpertPolicy
 from spatialrl.envs.gp.card_images import render_card
@@ -24,18 +23,6 @@ from spatialrl.envs.gp.env import GeneralPointsEnv
 from spatialrl.envs.gp.solver import _solutions_sorted, _solvable, is_solvable, solutions
 from spatialrl.envs.registry import get_suite
 from spatialrl.rollout.runner import run_episodes
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{platform.node()} ({os.cpu_count()} cpu, {cpu})"
 
 
 def clear_caches() -> None:
@@ -97,10 +84,7 @@ def main() -> None:
     print(f"{'measurement':<{width}}  {'value':>10}  unit")
     for r in rows:
         print(f"{r['measurement']:<{width}}  {r['value']:>10.1f}  {r['unit']}")
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
+    commit = git_commit()
     result = {
         "benchmark": "gp_env_speed",
         "machine": machine(),

@@ -457,7 +457,7 @@ def plot(rows: list[dict[str, Any]], path: Path, machine: str) -> None:
             if ax.lines:
                 ax.legend(fontsize=8)
     fig.suptitle(f"Loss curves per process count at one global batch ({machine})", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -20,12 +20,12 @@ import argparse
 import datetime as dt
 import os
 import platform
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from common import git_commit, machine  # noqa: E402  (benchmarks/ is on sys.path)
 
 from spatialrl.envs.tvr.bench import DEFAULT_SCENES, DEFAULT_SIZES, BenchConfig, make_bench
 from spatialrl.envs.tvr.env import TVREnv
@@ -35,16 +35,6 @@ from spatialrl.envs.tvr.tasks import Bench, task_poses
 W, H = 640, 360
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{platform.node()} ({os.cpu_count()} cpu, {cpu})"
 
 
 def random_walk(env: TVREnv, task_ids: list[str], n_steps: int, seed: int) -> float:
@@ -151,10 +141,7 @@ def main() -> None:
     print(f"\n{'measurement':<{width}}  {'value':>10}  unit")
     for r in rows:
         print(f"{r['measurement']:<{width}}  {r['value']:>10.1f}  {r['unit']}")
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
+    commit = git_commit()
     result = {
         "benchmark": "tvr_env_speed",
         "machine": machine(),

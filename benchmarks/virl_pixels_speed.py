@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import platform
-import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from common import git_commit, machine  # noqa: E402  (benchmarks/ is on sys.path)
 
 from spatialrl.envs.virl.env import VirlEnv
 from spatialrl.envs.virl.pixels import GridCache
@@ -40,16 +40,6 @@ def run_steps(env: VirlEnv, n_steps: int) -> float:
     return n_steps / (time.perf_counter() - t0)
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{platform.node()} ({os.cpu_count()} cpu, {cpu})"
 
 
 def main() -> None:
@@ -79,10 +69,7 @@ def main() -> None:
     for r in rows:
         print(f"{r['grid']:>6} {r['cold_steps_per_s']:>13.2f} {r['warm_steps_per_s']:>13.1f} {r['speedup']:>9.1f}x")
     print("(the reference renders twice per correct step: its cold rate is about half the cold column)")
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
+    commit = git_commit()
     result = {
         "benchmark": "virl_pixels_speed",
         "machine": machine(),

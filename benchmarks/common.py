@@ -1,0 +1,34 @@
+"""What every benchmark records beside its numbers: the machine and the git commit it ran on.
+
+Benchmarks are run as scripts (`python benchmarks/<name>.py`), so this folder is on `sys.path` and
+they `from common import machine, git_commit`.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+
+def machine() -> str:
+    """Host name, CPU count and CPU model, e.g. ``vm (2 cpu, AMD EPYC 7B13)``."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.node()} ({os.cpu_count()} cpu, {cpu})"
+
+
+def git_commit() -> str | None:
+    """The checked-out commit, or None outside a git checkout."""
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
