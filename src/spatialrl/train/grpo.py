@@ -369,7 +369,7 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
     while update < cfg.updates:
         t0 = time.perf_counter()
         # 1. rollout (the in-training model samples; eval mode, no grad)
-        generator = rollout_generator(cfg.seed, rank, update)
+        generator = rollout_generator(cfg.seed, rank, update, accelerator.device)  # sampling runs on the model's device
         unwrapped.eval()
         items = next_items(update * per_update, per_update)
         with accelerator.autocast():

@@ -268,7 +268,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
         t0 = time.perf_counter()
         # 1. collect num_steps env steps: storage[t][n] is slot n's step at turn t of this update
         unwrapped.eval()
-        generator = rollout_generator(cfg.seed, rank, update)
+        generator = rollout_generator(cfg.seed, rank, update, accelerator.device)  # sampling runs on the model's device
         storage: list[list[Step]] = []
         last_step.clear()
         finished = []
