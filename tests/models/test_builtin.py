@@ -103,7 +103,9 @@ def test_image_token_counts_match_docs():
 
 def test_registry_errors():
     assert resolve_builtin("small-random") == "small"
-    with pytest.raises(DataError, match="available: small-random, tiny-random"):
+    from spatialrl.models.builtin import builtin_names
+
+    with pytest.raises(DataError, match="available: " + ", ".join(builtin_names())):
         resolve_builtin("best-model")
 
 
