@@ -5,7 +5,7 @@ Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Llama-3.2-Vision/Mllama, Idefics3 and SmolVLM): 
 processor and chat template build the inputs, ``model.generate`` decodes a left-padded batch with the
 KV cache.
 
-Token selection happens in our own logits processor (``_Sampler``), with HF's greedy search picking
+Token selection happens in our own logits processor (``TokenSampler``), with HF's greedy search picking
 the one token it leaves. Why: the log-prob of each chosen token is then recorded from the very logits
 it was drawn from (``logits / temperature``, or the raw logits for greedy) without keeping every
 step's full-vocabulary logits, sampling draws from a ``torch.Generator`` seeded per call (no global RNG
@@ -34,7 +34,7 @@ QWEN_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 NESTED_IMAGE_FAMILIES = ("idefics3", "smolvlm", "mllama")
 
 
-class _Sampler(LogitsProcessor):
+class TokenSampler(LogitsProcessor):
     """Chooses each next token (greedy or temperature/top-p sampling) and records its log-prob.
 
     Returns scores that are ``-inf`` everywhere except the chosen token, so HF's greedy search takes
@@ -296,7 +296,7 @@ class HFPolicy:
                 generator.manual_seed(sampling.seed)
             else:
                 generator.seed()
-        sampler = _Sampler(sampling, generator, self.banned_token_ids)
+        sampler = TokenSampler(sampling, generator, self.banned_token_ids)
         prompt_len = inputs["input_ids"].shape[1]
         out = self.model.generate(
             **inputs,

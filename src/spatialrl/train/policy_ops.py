@@ -51,7 +51,7 @@ def sample_segments(
     """Continue every segment with one sampled answer: ``[(token_ids, logprobs)]`` cut after the eos."""
     from transformers import GenerationConfig, LogitsProcessorList
 
-    from spatialrl.agents.hf import _Sampler  # the exact token-choice rule of the eval policy
+    from spatialrl.agents.hf import TokenSampler  # the exact token-choice rule of the eval policy
 
     if not segments:
         return []
@@ -62,7 +62,7 @@ def sample_segments(
     for lo in range(0, len(segments), step):
         chunk = segments[lo : lo + step]
         inputs = turns.collate([(s, len(s)) for s in chunk], padding_side="left", device=device)
-        sampler = _Sampler(sampling, generator, banned_token_ids(model, eos))
+        sampler = TokenSampler(sampling, generator, banned_token_ids(model, eos))
         width = inputs["input_ids"].shape[1]
         result = model.generate(
             **inputs,
