@@ -70,7 +70,7 @@ from spatialrl.train.rl_common import (
     refuse_sharded_rollouts,
     reward_component_metrics,
     rollout_generator,
-    task_options,
+    task_episodes,
 )
 from spatialrl.train.rl_config import GatedRewardConfig, GRPOConfig
 from spatialrl.train.sft import closed_loop_eval
@@ -277,17 +277,7 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
     t_start = time.perf_counter()
 
     # --- task
-    from spatialrl.envs.registry import get_suite
-
-    suite = get_suite(cfg.task.name)
-    options = task_options(suite, cfg.task)
-    if cfg.geodesic_progress:
-        options["distance"] = "geodesic"
-    episodes = suite.episodes(options)
-    if cfg.task.limit > 0:
-        episodes = episodes[: cfg.task.limit]
-    if not episodes:
-        raise DataError(f"task {cfg.task.name}: no episodes in this split/options")
+    suite, options, episodes = task_episodes(cfg.task, {"distance": "geodesic"} if cfg.geodesic_progress else None)
 
     # --- model, reference, optimiser, schedule
     if prebuilt is not None:

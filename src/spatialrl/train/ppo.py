@@ -77,7 +77,7 @@ from spatialrl.train.rl_common import (
     reward_component_metrics,
     rollout_generator,
     stats,
-    task_options,
+    task_episodes,
 )
 from spatialrl.train.rl_config import PPOConfig
 from spatialrl.train.sft import closed_loop_eval
@@ -159,15 +159,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
     t_start = time.perf_counter()
 
     # --- task: this process's endless stream of episodes
-    from spatialrl.envs.registry import get_suite
-
-    suite = get_suite(cfg.task.name)
-    options = task_options(suite, cfg.task)
-    episodes = suite.episodes(options)
-    if cfg.task.limit > 0:
-        episodes = episodes[: cfg.task.limit]
-    if not episodes:
-        raise DataError(f"task {cfg.task.name}: no episodes in this split/options")
+    suite, options, episodes = task_episodes(cfg.task)
     next_episode = episode_sampler(len(episodes), cfg.seed, rank, world)
 
     # --- model + value head (one module, so DeepSpeed/FSDP see a single model), optimiser, schedule

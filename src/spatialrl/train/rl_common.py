@@ -66,6 +66,22 @@ def task_options(suite: Any, task_cfg: Any) -> dict[str, Any]:
     return options
 
 
+def task_episodes(task_cfg: Any, extra_options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any], list[Any]]:
+    """The suite, its options and the episodes a training task plays (``limit`` applied); one clear
+    error when the split/options select none."""
+    from spatialrl.envs.registry import get_suite
+    from spatialrl.errors import DataError
+
+    suite = get_suite(task_cfg.name)
+    options = {**task_options(suite, task_cfg), **(extra_options or {})}
+    episodes = suite.episodes(options)
+    if task_cfg.limit > 0:
+        episodes = episodes[: task_cfg.limit]
+    if not episodes:
+        raise DataError(f"task {task_cfg.name}: no episodes in this split/options")
+    return suite, options, episodes
+
+
 def episode_sampler(n: int, seed: int, rank: int, world: int = 1) -> Callable[[int, int], list[int]]:
     """``take(start, count)``: items ``start .. start+count-1`` of this process's share of one endless
     stream of indices into ``n`` items — epoch after epoch, each a permutation fixed by ``(seed, epoch)``.
