@@ -26,7 +26,10 @@ def machine() -> str:
 
 
 def git_commit() -> str | None:
-    """The checked-out commit, or None outside a git checkout."""
+    """The checked-out commit; ``$SPATIALRL_COMMIT`` where the tree is a copy without ``.git`` (the GPU
+    machine gets the working tree only); None when neither is known."""
+    if os.environ.get("SPATIALRL_COMMIT"):
+        return os.environ["SPATIALRL_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
                               cwd=Path(__file__).parent).stdout.strip()

@@ -38,13 +38,14 @@ import datetime as dt
 import gc
 import importlib.util
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from common import git_commit
+from common import machine as host_machine
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 HERE = Path(__file__).resolve().parent
@@ -68,6 +69,7 @@ def common_overrides(args: argparse.Namespace, data: Path, out: Path, offload: b
         "output_dir": str(out), "updates": args.updates, "checkpoint.every": 0, "logging.report_to": "none",
         "model.path": "prebuilt", "model.dtype": "bfloat16" if args.device != "cpu" else "float32",
         "model.gradient_checkpointing": args.gradient_checkpointing, "optimizer_offload": offload,
+        "offload_master_weights": not args.no_master,
         "sampling.max_new_tokens": args.new_tokens, "sampling.top_p": 1.0,
         "task.name": "virl", "task.data": str(data), "task.max_tokens": 32768,
         "task.options": {"mode": "vl", "grid_size": args.grid_size, "episodes": 4096, "seed": 42},
@@ -138,6 +140,8 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--grid-size", type=int, default=2405)
     ap.add_argument("--gradient-checkpointing", action="store_true")
+    ap.add_argument("--no-master", action="store_true",
+                    help="with --offload cpu: no fp32 master copy on the host (offload_master_weights=false)")
     ap.add_argument("--out", default=None, help="result JSON (default benchmarks/results/rl_speed-<model>-<machine>.json)")
     args = ap.parse_args()
 
@@ -147,10 +151,13 @@ def main() -> None:
     from spatialrl.io import atomic_write_json
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if args.device == "cpu":
-        machine = f"{platform.node() or 'cpu'} ({os.cpu_count()} cpu)"
-    else:
-        machine = torch.cuda.get_device_name(0)
+    machine = host_machine() if args.device == "cpu" else torch.cuda.get_device_name(0)
+    slug = "".join(c if c.isalnum() else "-" for c in machine.lower()).strip("-")[:40]
+    out = Path(args.out or HERE / "results" / f"rl_speed-{args.model}-{slug}.json")
+    header = {"benchmark": "rl_speed", "model": args.model, "machine": machine, "device": args.device,
+              "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "git_commit": git_commit(),
+              "torch": torch.__version__, "args": vars(args),
+              "seed_ppo_samples_per_min_8xH800": SEED_PPO_SAMPLES_PER_MIN, "target_11b_ppo_samples_per_min": TARGET_11B}
     tmp = Path(tempfile.mkdtemp(prefix="rl-speed-"))
     data = write_dataset(tmp / "city", random_routes(16, seed=0), pano_size=(1024, 512))
 
@@ -171,6 +178,7 @@ def main() -> None:
                 row["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
             rows.append(row)
             print(row)
+            atomic_write_json(out, {**header, "rows": rows})  # after every row: a cut run keeps what it measured
             del model, processor
             gc.collect()
             if args.device != "cpu":
@@ -189,19 +197,7 @@ def main() -> None:
     print(f"seed: PPO ~{SEED_PPO_SAMPLES_PER_MIN:.0f} samples/min on 8×H800; rollout {SEED_ROLLOUT}; "
           f"target for the 11B-class model: >= {TARGET_11B:.0f} PPO samples/min on one H200")
 
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                                cwd=HERE).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    slug = "".join(c if c.isalnum() else "-" for c in machine.lower()).strip("-")[:40]
-    out = Path(args.out or HERE / "results" / f"rl_speed-{args.model}-{slug}.json")
-    atomic_write_json(out, {
-        "benchmark": "rl_speed", "model": args.model, "machine": machine, "device": args.device,
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "git_commit": commit,
-        "torch": torch.__version__, "args": vars(args), "seed_ppo_samples_per_min_8xH800": SEED_PPO_SAMPLES_PER_MIN,
-        "target_11b_ppo_samples_per_min": TARGET_11B, "rows": rows,
-    })
+    atomic_write_json(out, {**header, "rows": rows})
     print(f"wrote {out}")
 
 

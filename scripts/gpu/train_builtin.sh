@@ -28,13 +28,8 @@ SMOKE=${SMOKE:-0}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=${WORK:-/tmp/spatialrl-gpu}
 mkdir -p "$OUT/logs" "$OUT/weights" "$OUT/runs" "$OUT/eval" "$WORK/data"
-T0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/timeline.txt"; }
-elapsed() { echo $(( $(date +%s) - T0 )); }
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
-PY=${PY:-$(command -v python3 || command -v python)}
-# the GPU box runs from src/ on PYTHONPATH (prelude.sh), without the console script
-command -v spatialrl >/dev/null 2>&1 || spatialrl() { "$PY" -m spatialrl.cli "$@"; }
+# shellcheck source=lib.sh
+source "$ROOT/scripts/gpu/lib.sh"
 
 if [ "$SMOKE" = 1 ]; then
   BUDGET_MIN=${BUDGET_MIN:-0.3}; EVAL_LIMIT=${EVAL_LIMIT:-2}; VIRL_ROUTES=${VIRL_ROUTES:-6}
@@ -49,24 +44,9 @@ else
   TRAIN_EXTRA=()
 fi
 stamp "start: smoke=$SMOKE budget=${BUDGET_MIN}min work=$WORK"
-"$PY" - <<'PY' >> "$OUT/timeline.txt" 2>&1
-import platform, torch, transformers, accelerate
-gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-print(f"machine: {platform.node()} {gpu}; torch {torch.__version__}, transformers {transformers.__version__}, "
-      f"accelerate {accelerate.__version__}")
-PY
+machine_line >> "$OUT/timeline.txt" 2>&1
 
 # ----------------------------------------------------------------------------------- helpers
-make_city() {  # style routes seed out
-  if spatialrl virl make-city --help >/dev/null 2>&1; then
-    # 512 px panoramas: 128 px per 90° view, more than the 112 px tiles of a 224 px grid
-    local size=(--pano-width 512); [ "$SMOKE" = 1 ] && size=(--tiny)
-    spatialrl virl make-city --style "$1" --routes "$2" --seed "$3" --out "$4" --force --no-contact-sheet \
-      "${size[@]}" ${CITY_ARGS:-}
-  else  # city generator not installed: colour-wheel toy data in the same file format
-    spatialrl virl make-toy-data "$4" --routes "$2" --seed "$3" --pano-width 512 --overwrite
-  fi
-}
 build() {  # name, then `spatialrl data sft` arguments
   local name=$1; shift
   if spatialrl data sft "$@" --out "$WORK/data/$name" --overwrite --batch-size 32 > "$OUT/logs/data-$name.log" 2>&1; then

@@ -34,7 +34,7 @@ def make_optimizer(accelerator: Any, params: list[torch.nn.Parameter], cfg: Any)
                         "(use configs/accelerate/zero2_offload_*.yaml and optimizer_offload=false)")
     from spatialrl.train.offload import CPUOffloadAdamW
 
-    return CPUOffloadAdamW(params, **kwargs)
+    return CPUOffloadAdamW(params, master_weights=cfg.offload_master_weights, **kwargs)
 
 
 def refuse_sharded_rollouts(accelerator: Any) -> None:

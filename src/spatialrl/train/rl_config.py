@@ -99,6 +99,12 @@ class PPOConfig:
                        "bytes per parameter instead of 12-16. Single process without DeepSpeed; under "
                        "DeepSpeed use configs/accelerate/zero2_offload_*.yaml instead."),
     )
+    offload_master_weights: bool = field(
+        default=True,
+        metadata=_help("With optimizer_offload: keep an fp32 master copy of the weights on the host (12 host "
+                       "bytes per parameter); false = 8 bytes, updates below bf16's resolution are lost "
+                       "(an 11B model on a 128 GB host)."),
+    )
     value_head_widths: list[int] = field(default_factory=lambda: [1024, 512],
                                          metadata=_help("Hidden widths of the value MLP (reference: 1024, 512)."))
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -186,6 +192,12 @@ class GRPOConfig:
         metadata=_help("Keep AdamW's moments and fp32 master weights in CPU memory (train/offload.py): 4 GPU "
                        "bytes per parameter instead of 12-16. Single process without DeepSpeed; under "
                        "DeepSpeed use configs/accelerate/zero2_offload_*.yaml instead."),
+    )
+    offload_master_weights: bool = field(
+        default=True,
+        metadata=_help("With optimizer_offload: keep an fp32 master copy of the weights on the host (12 host "
+                       "bytes per parameter); false = 8 bytes, updates below bf16's resolution are lost "
+                       "(an 11B model on a 128 GB host)."),
     )
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=lambda: _rl_optim(lr=1e-6, eps=1e-8, max_grad_norm=1.0))

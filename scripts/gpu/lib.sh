@@ -1,0 +1,26 @@
+# Helpers shared by the one-command GPU jobs (train_builtin.sh, reproduce_rl.sh). Source it after
+# setting OUT and SMOKE. Gives: stamp/elapsed (timeline in $OUT/timeline.txt), $PY, a `spatialrl`
+# function where the console script is absent (the GPU box runs from src/ on PYTHONPATH), make_city,
+# and machine_line.
+T0=${T0:-$(date +%s)}
+mkdir -p "$OUT/logs"
+stamp() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/timeline.txt"; }
+elapsed() { echo $(( $(date +%s) - T0 )); }
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
+PY=${PY:-$(command -v python3 || command -v python)}
+command -v spatialrl >/dev/null 2>&1 || spatialrl() { "$PY" -m spatialrl.cli "$@"; }
+
+machine_line() {  # one line: host, GPU, library versions
+  "$PY" - <<'PY'
+import platform, torch, transformers, accelerate
+gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+print(f"machine: {platform.node()} {gpu}; torch {torch.__version__}, transformers {transformers.__version__}, "
+      f"accelerate {accelerate.__version__}")
+PY
+}
+
+make_city() {  # style routes seed out — a generated V-IRL city with 512 px panoramas (--tiny in smoke mode)
+  local size=(--pano-width 512); [ "${SMOKE:-0}" = 1 ] && size=(--tiny)
+  spatialrl virl make-city --style "$1" --routes "$2" --seed "$3" --out "$4" --force --no-contact-sheet \
+    "${size[@]}" ${CITY_ARGS:-}
+}
