@@ -17,6 +17,9 @@
 #
 # Knobs (environment): TRAIN_END_S (trainings stop by then, default 370), EVAL_END_S (final evals are
 # cut then, 560), VIRL_EVAL / TVR_EVAL (final-eval episodes per V-IRL split / in all, 32 / 120),
+# ARMS (any of virl tvr-multi tvr-single; default all three), RL_DTYPE (training precision of the RL
+# arms, default float32: under bf16 autocast PPO's summed log-probs at T 0.2 drift between the scoring
+# and training passes — benchmarks/ppo_precision.py), MULTI_TASKS (multi-turn GRPO tasks per update, 16),
 # PPO_LR, GRPO_LR, SFT_LR (learning rates, default 1e-4 each: the RL recipes' value, and the end of the
 # shipped models' SFT schedule), WORK.
 #
@@ -55,6 +58,8 @@ else
 fi
 W=280; H=168; GRID=224          # the sizes the built-in models were trained at (train_builtin.sh)
 [ "$SMOKE" = 1 ] && { W=112; H=64; GRID=112; }
+ARMS=${ARMS:-virl tvr-multi tvr-single}; RL_DTYPE=${RL_DTYPE:-float32}; MULTI_TASKS=${MULTI_TASKS:-16}
+has_arm() { [[ " $ARMS " == *" $1 "* ]]; }
 PPO_LR=${PPO_LR:-1e-4}; GRPO_LR=${GRPO_LR:-1e-4}; SFT_LR=${SFT_LR:-1e-4}
 BENCH=${TVR_BENCH:-$ROOT/runs/gpu-inputs/tvr-bench}
 CITY=$WORK/city-metro; OOD_CITY=$WORK/city-hillside
@@ -76,6 +81,7 @@ run_trainer() {  # name, then the `spatialrl train ...` arguments; stops at TRAI
 # ----------------------------------------------------------------------------------- 1. TVR (starts at once)
 tvr_multi() {
   run_trainer tvr-va-grpo-multi grpo "$ROOT/configs/grpo/tvr_multi_small.yaml" --model.path=builtin:tvr-va-sft \
+    --model.dtype="$RL_DTYPE" --tasks_per_update="$MULTI_TASKS" \
     --task.data="$BENCH" --task.split=rl "--task.options={memory: va, width: $W, height: $H}" \
     --time_limit_minutes="$(minutes_left)" --optim.lr="$GRPO_LR" --checkpoint.every=0 --action_match.split=eval \
     --eval.task=tvr --eval.data="$BENCH" --eval.split=eval --eval.episodes=$IN_EVAL --eval.batch_size=$IN_EVAL \
@@ -83,6 +89,7 @@ tvr_multi() {
 }
 tvr_single() {
   run_trainer tvr-ao-grpo-single grpo "$ROOT/configs/grpo/tvr_single_small.yaml" --model.path=builtin:tvr-ao-sft \
+    --model.dtype="$RL_DTYPE" \
     --task.data="$BENCH" --task.split=sft "--task.options={memory: ao, width: $W, height: $H}" \
     --time_limit_minutes="$(minutes_left)" --optim.lr="$GRPO_LR" --checkpoint.every=0 --action_match.split=eval \
     --eval.task=tvr --eval.data="$BENCH" --eval.split=eval --eval.episodes=$IN_EVAL --eval.batch_size=$IN_EVAL \
@@ -94,6 +101,7 @@ virl_eval=(--eval.task=virl --eval.data="$CITY" --eval.split=in-dist,rule-ood,vi
            --eval.batch_size=$((IN_EVAL * 3)) --eval.max_new_tokens=96 "--eval.options={grid_size: $GRID, visual_data: $OOD_CITY}")
 virl_ppo() {
   run_trainer virl-ppo ppo "$ROOT/configs/ppo/virl_vl_small.yaml" --model.path=builtin:virl-sft --task.data="$CITY" \
+    --model.dtype="$RL_DTYPE" \
     "--task.options={split: in-dist, mode: vl, grid_size: $GRID, verify_iter: 2, seed: 42, episodes: 4096}" \
     --time_limit_minutes="$(minutes_left)" --optim.lr="$PPO_LR" --checkpoint.every=0 "${virl_eval[@]}" "${PPO_SIZE[@]}"
 }
@@ -117,11 +125,13 @@ virl_pipeline() {
 }
 wait_for() { local i; for ((i = 0; i < $2; i++)); do [ -f "$1" ] && return 0; sleep 1; done; return 1; }
 
-( make_city hillside 18 1 "$OOD_CITY" > "$R/logs/city-hillside.log" 2>&1 \
-    && stamp "visual-OOD city built" || stamp "FAILED: visual-OOD city (logs/city-hillside.log)" ) &
-tvr_multi &
-tvr_single &
-virl_pipeline &
+if has_arm virl; then
+  ( make_city hillside 18 1 "$OOD_CITY" > "$R/logs/city-hillside.log" 2>&1 \
+      && stamp "visual-OOD city built" || stamp "FAILED: visual-OOD city (logs/city-hillside.log)" ) &
+  virl_pipeline &
+fi
+has_arm tvr-multi && tvr_multi &
+has_arm tvr-single && tvr_single &
 wait
 
 # ----------------------------------------------------------------------------------- 3. final evaluation
@@ -143,13 +153,19 @@ evaluate() {  # label agent task, then eval arguments
 }
 tvr_set=(--data "$BENCH" --split eval --limit "$TVR_EVAL" --set width=$W --set height=$H)
 virl_set=(--data "$CITY" --split all --limit "$VIRL_EVAL" --set visual_data="$OOD_CITY" --set grid_size=$GRID)
-evaluate tvr-va-sft builtin:tvr-va-sft tvr "${tvr_set[@]}" --set memory=va &
-evaluate tvr-ao-sft builtin:tvr-ao-sft tvr "${tvr_set[@]}" --set memory=ao &
-evaluate virl-sft builtin:virl-sft virl "${virl_set[@]}" &
-m=$(model_of tvr-va-grpo-multi); [ -n "$m" ] && evaluate tvr-va-grpo-multi "hf:$m" tvr "${tvr_set[@]}" --set memory=va &
-m=$(model_of tvr-ao-grpo-single); [ -n "$m" ] && evaluate tvr-ao-grpo-single "hf:$m" tvr "${tvr_set[@]}" --set memory=ao &
-m=$(model_of virl-ppo); [ -n "$m" ] && evaluate virl-ppo "hf:$m" virl "${virl_set[@]}" &
-m=$(model_of virl-sft-more); [ -n "$m" ] && evaluate virl-sft-more "hf:$m" virl "${virl_set[@]}" &
+if has_arm tvr-multi; then
+  evaluate tvr-va-sft builtin:tvr-va-sft tvr "${tvr_set[@]}" --set memory=va &
+  m=$(model_of tvr-va-grpo-multi); [ -n "$m" ] && evaluate tvr-va-grpo-multi "hf:$m" tvr "${tvr_set[@]}" --set memory=va &
+fi
+if has_arm tvr-single; then
+  evaluate tvr-ao-sft builtin:tvr-ao-sft tvr "${tvr_set[@]}" --set memory=ao &
+  m=$(model_of tvr-ao-grpo-single); [ -n "$m" ] && evaluate tvr-ao-grpo-single "hf:$m" tvr "${tvr_set[@]}" --set memory=ao &
+fi
+if has_arm virl; then
+  evaluate virl-sft builtin:virl-sft virl "${virl_set[@]}" &
+  m=$(model_of virl-ppo); [ -n "$m" ] && evaluate virl-ppo "hf:$m" virl "${virl_set[@]}" &
+  m=$(model_of virl-sft-more); [ -n "$m" ] && evaluate virl-sft-more "hf:$m" virl "${virl_set[@]}" &
+fi
 wait
 rm -f "$R"/eval/*/steps.jsonl
 

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # RL trainer speed on one H200 in one 10-minute command (issue #7 "Speed", issue #10's 1-GPU rows):
+#   0. benchmarks/ppo_precision.py: PPO ratios at lr 0 under bf16 autocast and fp32
 #   1. benchmarks/rl_speed.py, built-in small model (PPO samples/min, GRPO update time)
 #   2. benchmarks/rl_speed.py, random Llama-3.2-11B-Vision-sized model, AdamW on the GPU
 #   3. the same with the optimizer offloaded to the host (moments in CPU memory, no fp32 master copy)
-#   4. benchmarks/scaling.py --nprocs 1 for multi-turn GRPO with the small model (the row the last
-#      baseline did not reach)
 # Every step has its own time limit, so a slow one cannot starve the rest; each writes its JSON as
 # soon as it has a row.
 #
@@ -22,12 +21,11 @@ step() {  # seconds label, then the command
   stamp "start $label (limit ${limit}s)"
   timeout "$limit" "$@" > "$OUT/logs/$label.log" 2>&1; stamp "end $label: rc=$?"
 }
-step 90 small "$PY" "${B[@]}" --model builtin-small --offload none --out "$OUT/rl_speed-builtin-small.json"
+step 100 precision "$PY" benchmarks/ppo_precision.py --out "$OUT/ppo_precision.json"
+step 80 small "$PY" "${B[@]}" --model builtin-small --offload none --out "$OUT/rl_speed-builtin-small.json"
 # 11B: 16 env slots x 2 turns = 32 PPO samples per update (4 epochs, micro-batch 4); GRPO 4 tasks x G 4
 BIG=(--model llama11b-random --gradient-checkpointing --num-envs 16 --num-steps 32 --grad-accum 8 --tasks 4 --group-size 4)
-step 270 big "$PY" "${B[@]}" "${BIG[@]}" --offload none --out "$OUT/rl_speed-llama11b-random.json"
-step 150 big-offload "$PY" "${B[@]}" "${BIG[@]}" --algos ppo --offload cpu --no-master \
+step 250 big "$PY" "${B[@]}" "${BIG[@]}" --offload none --out "$OUT/rl_speed-llama11b-random.json"
+step 130 big-offload "$PY" "${B[@]}" "${BIG[@]}" --algos ppo --offload cpu --no-master \
   --out "$OUT/rl_speed-llama11b-random-offload.json"
-step 60 scaling-grpo "$PY" benchmarks/scaling.py --nprocs 1 --models small --trainers grpo --updates 3 \
-  --budget-minutes 0.9 --results-dir "$OUT" --work-dir /tmp/scaling
 tail -n 12 "$OUT"/logs/*.log

@@ -1,0 +1,75 @@
+"""PPO health check: with lr 0 the policy never changes, so every PPO ratio must be 1 — unless the
+scoring pass and the training pass disagree numerically. Under bf16 autocast the sequence log-prob of a
+V-IRL answer (a sum over ~60 tokens of log-softmax(logits / 0.2)) moves with batch shape and kernel
+choice; this measures by how much, per training precision, through the real trainer.
+
+    python benchmarks/ppo_precision.py --dtypes auto float32        # GPU: auto = bf16 autocast
+    python benchmarks/ppo_precision.py --dtypes float32 --num-envs 4  # CPU check (must print kl 0)
+
+Reported per dtype: approx_kl (mean of (r - 1) - log r), clipfrac (share of samples whose ratio left
+1 ± 0.1) and the mean ratio, over one update of ``--num-steps`` V-IRL VL steps from builtin:virl-sft.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import tempfile
+from pathlib import Path
+
+from common import git_commit, machine
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+HERE = Path(__file__).resolve().parent
+
+
+def measure(dtype: str, data: Path, work: Path, args: argparse.Namespace) -> dict[str, float]:
+    from spatialrl.io import read_jsonl
+    from spatialrl.train.config import load_config
+    from spatialrl.train.ppo import train
+    from spatialrl.train.rl_config import PPOConfig
+
+    over = {"output_dir": str(work / dtype), "updates": 1, "num_envs": args.num_envs, "num_steps": args.num_steps,
+            "ppo_epochs": 1, "minibatch_size": 4, "grad_accum": 1, "optim.lr": 0.0, "model.path": args.model,
+            "model.dtype": dtype, "sampling.temperature": 0.2, "sampling.max_new_tokens": 96,
+            "checkpoint.every": 0, "logging.report_to": "none", "task.name": "virl", "task.data": str(data),
+            "task.options": {"mode": "vl", "grid_size": 224, "episodes": 256, "seed": 1}}
+    train(load_config(PPOConfig, HERE.parent / "configs/ppo/tiny_cpu.yaml", over))
+    row = [r for r in read_jsonl(work / dtype / "metrics.jsonl") if "losses/approx_kl" in r][-1]
+    return {"dtype": dtype, "approx_kl": row["losses/approx_kl"], "clipfrac": row["losses/clipfrac"],
+            "ratio": row["losses/ratio"], "samples": row["charts/update_samples"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dtypes", nargs="+", default=["auto", "float32"], choices=["auto", "float32", "bfloat16"])
+    ap.add_argument("--model", default="builtin:virl-sft")
+    ap.add_argument("--num-envs", type=int, default=16)
+    ap.add_argument("--num-steps", type=int, default=64)
+    ap.add_argument("--out", default=None, help="result JSON (default benchmarks/results/ppo_precision-<machine>.json)")
+    args = ap.parse_args()
+
+    import torch
+
+    from spatialrl.envs.virl.testdata import random_routes, write_dataset
+    from spatialrl.io import atomic_write_json
+
+    host = torch.cuda.get_device_name(0) if torch.cuda.is_available() else machine()
+    work = Path(tempfile.mkdtemp(prefix="ppo-precision-"))
+    data = write_dataset(work / "city", random_routes(16, seed=0), pano_size=(512, 256))
+    rows = [measure(d, data, work, args) for d in args.dtypes]
+    print(f"\nPPO ratios at lr 0 ({args.model}, V-IRL VL, T 0.2, {args.num_steps} steps) on {host}")
+    print(f"{'dtype':<10} {'approx_kl':>10} {'clipfrac':>9} {'ratio':>8}")
+    for r in rows:
+        print(f"{r['dtype']:<10} {r['approx_kl']:>10.4f} {r['clipfrac']:>9.3f} {r['ratio']:>8.3f}")
+    slug = "".join(c if c.isalnum() else "-" for c in host.lower()).strip("-")[:40]
+    out = Path(args.out or HERE / "results" / f"ppo_precision-{slug}.json")
+    atomic_write_json(out, {"benchmark": "ppo_precision", "machine": host, "git_commit": git_commit(),
+                            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                            "torch": torch.__version__, "args": vars(args), "rows": rows})
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
