@@ -94,7 +94,7 @@ def run_ppo(args, model, processor, data, out, offload) -> dict[str, Any]:
                  "optim.lr": 1e-7, "optim.max_grad_norm": 0.01})
     cfg = load_config(PPOConfig, HERE.parent / "configs/ppo/tiny_cpu.yaml", over)
     t0 = time.perf_counter()
-    train(cfg, prebuilt=(model, processor))
+    train(cfg, prebuilt=(model, processor), stop_after=args.updates)  # no final export (21 GB for the 11B)
     r = last_update(out)
     return {"algo": "ppo", "offload": offload, "samples_per_min": r["train/samples_per_minute"],
             "update_seconds": r["train/update_seconds"], "collect_seconds": r["train/collect_seconds"],
@@ -113,7 +113,7 @@ def run_grpo(args, model, processor, data, out, offload) -> dict[str, Any]:
                  "sampling.temperature": 1.0, "optim.lr": 1e-6, "optim.max_grad_norm": 1.0})
     cfg = load_config(GRPOConfig, HERE.parent / "configs/grpo/tiny_cpu.yaml", over)
     t0 = time.perf_counter()
-    train(cfg, prebuilt=(model, processor))
+    train(cfg, prebuilt=(model, processor), stop_after=args.updates)  # no final export (21 GB for the 11B)
     r = last_update(out)
     return {"algo": "grpo", "offload": offload, "update_seconds": r["train/update_seconds"],
             "rollout_seconds": r["train/rollout_seconds"], "trajectories": r["rollout/trajectories"],

@@ -18,10 +18,10 @@
 # Knobs (environment): TRAIN_END_S (trainings stop by then, default 370), EVAL_END_S (final evals are
 # cut then, 560), VIRL_EVAL / TVR_EVAL (final-eval episodes per V-IRL split / in all, 32 / 120),
 # ARMS (any of virl tvr-multi tvr-single; default all three), RL_DTYPE (training precision of the RL
-# arms, default float32: under bf16 autocast PPO's summed log-probs at T 0.2 drift between the scoring
-# and training passes — benchmarks/ppo_precision.py), MULTI_TASKS (multi-turn GRPO tasks per update, 16),
-# PPO_LR, GRPO_LR, SFT_LR (learning rates, default 1e-4 each: the RL recipes' value, and the end of the
-# shipped models' SFT schedule), WORK.
+# arms, default auto = bf16 autocast; benchmarks/ppo_precision.py found its PPO ratios exact at lr 0
+# on the H200), MULTI_TASKS (multi-turn GRPO tasks per update, 16),
+# PPO_LR, GRPO_LR, SFT_LR (learning rates; defaults: the recipes' 1e-5 and 1e-4, and 1e-4 for continued
+# SFT, near the end of the shipped models' SFT schedule; run 1 used PPO 1e-4), WORK.
 #
 # $OUT gets repro.tar.gz: runs/<arm>/ (config, metrics.jsonl, summary, in-training evals),
 # eval/<arm>-<task>/ (metrics.json, episodes.jsonl), logs/, timeline.txt.
@@ -58,9 +58,9 @@ else
 fi
 W=280; H=168; GRID=224          # the sizes the built-in models were trained at (train_builtin.sh)
 [ "$SMOKE" = 1 ] && { W=112; H=64; GRID=112; }
-ARMS=${ARMS:-virl tvr-multi tvr-single}; RL_DTYPE=${RL_DTYPE:-float32}; MULTI_TASKS=${MULTI_TASKS:-16}
+ARMS=${ARMS:-virl tvr-multi tvr-single}; RL_DTYPE=${RL_DTYPE:-auto}; MULTI_TASKS=${MULTI_TASKS:-16}
 has_arm() { [[ " $ARMS " == *" $1 "* ]]; }
-PPO_LR=${PPO_LR:-1e-4}; GRPO_LR=${GRPO_LR:-1e-4}; SFT_LR=${SFT_LR:-1e-4}
+PPO_LR=${PPO_LR:-1e-5}; GRPO_LR=${GRPO_LR:-1e-4}; SFT_LR=${SFT_LR:-1e-4}
 BENCH=${TVR_BENCH:-$ROOT/runs/gpu-inputs/tvr-bench}
 CITY=$WORK/city-metro; OOD_CITY=$WORK/city-hillside
 stamp "start: smoke=$SMOKE train_end=${TRAIN_END_S}s bench=$BENCH lr ppo=$PPO_LR grpo=$GRPO_LR sft=$SFT_LR"
