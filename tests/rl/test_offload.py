@@ -57,3 +57,29 @@ def test_state_round_trip_keeps_fp32_cpu_state():
     _steps(a2, opt_c, 2, seed=5)
     for pa, pc in zip(a.parameters(), a2.parameters(), strict=True):
         assert torch.allclose(pa, pc, atol=1e-6)
+
+
+def test_without_master_keeps_no_host_copy_and_still_matches_in_fp32():
+    # fp32 weights: with no master copy the update is applied to the weights themselves, so the
+    # result equals torch's AdamW; only the moments live on the host
+    a, b = _model(), _model()
+    kw = dict(lr=1e-2, eps=1e-7, weight_decay=0.1)
+    _steps(a, torch.optim.AdamW(a.parameters(), **kw), 4)
+    opt = CPUOffloadAdamW(b.parameters(), master_weights=False, **kw)
+    _steps(b, opt, 4)
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.allclose(pa, pb, atol=1e-6)
+        assert "master" not in opt.state[pb] and opt.state[pb]["exp_avg"].device.type == "cpu"
+
+
+def test_rl_configs_pass_the_master_switch_to_the_optimizer():
+    from accelerate import Accelerator
+
+    from spatialrl.train.rl_common import make_optimizer
+    from spatialrl.train.rl_config import GRPOConfig, PPOConfig
+
+    model = _model()
+    for cls in (PPOConfig, GRPOConfig):
+        cfg = cls(optimizer_offload=True, offload_master_weights=False)
+        opt = make_optimizer(Accelerator(cpu=True), list(model.parameters()), cfg)
+        assert isinstance(opt, CPUOffloadAdamW) and opt.master_weights is False
