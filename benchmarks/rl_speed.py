@@ -36,9 +36,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
-import importlib.util
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -56,11 +54,9 @@ TARGET_11B = 100.0  # PPO samples/min on one H200 for the 11B-class model (the i
 
 def build(name: str, device: str, seed: int = 0) -> tuple[Any, Any]:
     """``(model, processor)`` for a model name, built in memory (the rollout benchmark's builders)."""
-    spec = importlib.util.spec_from_file_location("rollout_throughput", HERE / "rollout_throughput.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["rollout_throughput"] = module
-    spec.loader.exec_module(module)
-    policy = module.build_policy(name, device, new_tokens=0, seed=seed)
+    from rollout_throughput import build_policy  # a sibling script: benchmarks/ is on sys.path
+
+    policy = build_policy(name, device, new_tokens=0, seed=seed)
     return policy.model, policy.processor
 
 

@@ -228,13 +228,11 @@ def build_model(name: str, device: str, seed: int = 0) -> tuple[Any, Any]:
         model, processor, _ = load_model_and_processor(ModelConfig(path=f"builtin:{name}"), seed)
         return model, processor
     if name in BIG:
-        import importlib.util
+        if str(HERE) not in sys.path:  # also when loaded by file path (the tests)
+            sys.path.insert(0, str(HERE))
+        from rollout_throughput import build_policy
 
-        spec = importlib.util.spec_from_file_location("rollout_throughput", HERE / "rollout_throughput.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["rollout_throughput"] = module
-        spec.loader.exec_module(module)
-        policy = module.build_policy(name, device, new_tokens=0, seed=seed)
+        policy = build_policy(name, device, new_tokens=0, seed=seed)
         return policy.model, policy.processor
     raise ValueError(f"unknown model {name!r}; known: {', '.join(BUILTIN + TRAINED + BIG)}")
 
