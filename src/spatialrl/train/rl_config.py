@@ -47,6 +47,20 @@ class SamplingConfig:
     max_batch_size: int = field(default=0, metadata=_help("Largest generate() batch (0 = all active slots at once)."))
 
 
+# The run-control fields PPO and GRPO share (make_optimizer reads them from either config).
+def _optimizer_offload_field() -> Any:
+    return field(default=False, metadata=_help(
+        "Keep AdamW's moments and fp32 master weights in CPU memory (train/offload.py): 4 GPU bytes per "
+        "parameter instead of 12-16. Single process without DeepSpeed; under DeepSpeed use "
+        "configs/accelerate/zero2_offload_*.yaml instead."))
+
+
+def _offload_master_field() -> Any:
+    return field(default=True, metadata=_help(
+        "With optimizer_offload: keep an fp32 master copy of the weights on the host (12 host bytes per "
+        "parameter); false = 8 bytes, updates below bf16's resolution are lost (an 11B model on a 128 GB host)."))
+
+
 def _rl_optim(lr: float, eps: float, max_grad_norm: float) -> OptimConfig:
     return OptimConfig(lr=lr, eps=eps, weight_decay=0.0, schedule="cosine", warmup_ratio=0.0,
                        min_lr_ratio=0.0, max_grad_norm=max_grad_norm)
@@ -93,18 +107,8 @@ class PPOConfig:
     )
     lr_max_steps: int = field(default=20, metadata=_help("Cosine period T_max in updates (SFTvsRL: 20; 0 = updates)."))
     time_limit_minutes: float = field(default=0.0, metadata=_help("Checkpoint and stop after this long (0 = no limit)."))
-    optimizer_offload: bool = field(
-        default=False,
-        metadata=_help("Keep AdamW's moments and fp32 master weights in CPU memory (train/offload.py): 4 GPU "
-                       "bytes per parameter instead of 12-16. Single process without DeepSpeed; under "
-                       "DeepSpeed use configs/accelerate/zero2_offload_*.yaml instead."),
-    )
-    offload_master_weights: bool = field(
-        default=True,
-        metadata=_help("With optimizer_offload: keep an fp32 master copy of the weights on the host (12 host "
-                       "bytes per parameter); false = 8 bytes, updates below bf16's resolution are lost "
-                       "(an 11B model on a 128 GB host)."),
-    )
+    optimizer_offload: bool = _optimizer_offload_field()
+    offload_master_weights: bool = _offload_master_field()
     value_head_widths: list[int] = field(default_factory=lambda: [1024, 512],
                                          metadata=_help("Hidden widths of the value MLP (reference: 1024, 512)."))
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -187,18 +191,8 @@ class GRPOConfig:
     step_gamma: float = field(default=0.95, metadata=_help("Discount of step returns for step groups (GiGPO γ 0.95)."))
     geodesic_progress: bool = field(default=False, metadata=_help("TVR: progress reward on walking distance (task option distance=geodesic)."))
     time_limit_minutes: float = field(default=0.0, metadata=_help("Checkpoint and stop after this long (0 = no limit)."))
-    optimizer_offload: bool = field(
-        default=False,
-        metadata=_help("Keep AdamW's moments and fp32 master weights in CPU memory (train/offload.py): 4 GPU "
-                       "bytes per parameter instead of 12-16. Single process without DeepSpeed; under "
-                       "DeepSpeed use configs/accelerate/zero2_offload_*.yaml instead."),
-    )
-    offload_master_weights: bool = field(
-        default=True,
-        metadata=_help("With optimizer_offload: keep an fp32 master copy of the weights on the host (12 host "
-                       "bytes per parameter); false = 8 bytes, updates below bf16's resolution are lost "
-                       "(an 11B model on a 128 GB host)."),
-    )
+    optimizer_offload: bool = _optimizer_offload_field()
+    offload_master_weights: bool = _offload_master_field()
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=lambda: _rl_optim(lr=1e-6, eps=1e-8, max_grad_norm=1.0))
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=1.0, top_p=0.95, max_new_tokens=64))
