@@ -33,7 +33,6 @@ import copy
 import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,13 +49,9 @@ from spatialrl.train.common import (
     count_parameters,
     find_resume_checkpoint,
     load_checkpoint,
-    load_model_and_processor,
-    lr_multiplier,
-    make_accelerator,
     prepare_trainable,
     save_checkpoint,
     save_hf_model,
-    seed_everything,
 )
 from spatialrl.train.config import config_to_dict
 from spatialrl.train.policy_ops import sample_segments, score_tokens
@@ -64,12 +59,14 @@ from spatialrl.train.rl_common import (
     backward_scaled,
     begin_accumulation,
     episode_sampler,
+    load_policy_model,
+    lr_setter,
     make_optimizer,
     micro_batch_plan,
     reduce_metrics,
-    refuse_sharded_rollouts,
     reward_component_metrics,
     rollout_generator,
+    start_run,
     task_episodes,
 )
 from spatialrl.train.rl_config import GatedRewardConfig, GRPOConfig
@@ -266,24 +263,15 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
     = ``(model, processor)`` built by the caller replaces ``cfg.model.path`` (the speed benchmark's random
     11B-sized model, never written to disk)."""
     # --- setup
-    accelerator = make_accelerator(cfg.model.dtype, 1, cfg.micro_batch_size, cfg.optim.max_grad_norm)
-    seed_everything(cfg.seed)
-    out = Path(cfg.output_dir)
-    if accelerator.is_main_process:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / "config.json", config_to_dict(cfg))
+    accelerator, out = start_run(cfg, cfg.micro_batch_size)
     world, rank = accelerator.num_processes, accelerator.process_index
-    refuse_sharded_rollouts(accelerator)
     t_start = time.perf_counter()
 
     # --- task
     suite, options, episodes = task_episodes(cfg.task, {"distance": "geodesic"} if cfg.geodesic_progress else None)
 
     # --- model, reference, optimiser, schedule
-    if prebuilt is not None:
-        (model, processor), model_meta = prebuilt, {"source": "prebuilt"}
-    else:
-        model, processor, model_meta = load_model_and_processor(cfg.model, cfg.seed)
+    model, processor, model_meta = load_policy_model(cfg, prebuilt)
     model_type = model.config.model_type
     reference = None
     if cfg.kl_coef > 0 and not cfg.model.lora.enabled:
@@ -294,16 +282,8 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
     optimizer = make_optimizer(accelerator, params, cfg)
     steps_total = cfg.updates * cfg.epochs * cfg.mini_batches
 
-    def set_lr(done: int) -> float:
-        """LR of optimiser step ``done`` (0-based) of the run: warmup + cosine/linear/constant, a function
-        of the step count (nothing to checkpoint)."""
-        lr = cfg.optim.lr * lr_multiplier(done / steps_total, cfg.optim.schedule, cfg.optim.warmup_ratio,
-                                          cfg.optim.min_lr_ratio, 1.0 / steps_total)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        return lr
-
     model, optimizer = accelerator.prepare(model, optimizer)
+    set_lr = lr_setter(optimizer, cfg.optim, steps_total)  # per optimiser step of the run
     if reference is not None:
         reference.to(accelerator.device)
     turns = TurnTokenizer(processor, model_type)

@@ -37,7 +37,6 @@ from __future__ import annotations
 import io
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,13 +55,9 @@ from spatialrl.train.common import (
     find_resume_checkpoint,
     list_checkpoints,
     load_checkpoint,
-    load_model_and_processor,
-    lr_multiplier,
-    make_accelerator,
     prepare_trainable,
     save_checkpoint,
     save_hf_model,
-    seed_everything,
 )
 from spatialrl.train.config import config_to_dict
 from spatialrl.train.policy_ops import score_tokens, token_char_ends
@@ -71,11 +66,13 @@ from spatialrl.train.rl_common import (
     begin_accumulation,
     episode_metrics,
     episode_sampler,
+    load_policy_model,
+    lr_setter,
     make_optimizer,
     reduce_metrics,
-    refuse_sharded_rollouts,
     reward_component_metrics,
     rollout_generator,
+    start_run,
     stats,
     task_episodes,
 )
@@ -148,14 +145,8 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
     = ``(model, processor)`` built by the caller replaces ``cfg.model.path`` (the speed benchmark's random
     11B-sized model, never written to disk)."""
     # --- setup
-    accelerator = make_accelerator(cfg.model.dtype, 1, cfg.minibatch_size, cfg.optim.max_grad_norm)
-    seed_everything(cfg.seed)
-    out = Path(cfg.output_dir)
-    if accelerator.is_main_process:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / "config.json", config_to_dict(cfg))
+    accelerator, out = start_run(cfg, cfg.minibatch_size)
     world, rank = accelerator.num_processes, accelerator.process_index
-    refuse_sharded_rollouts(accelerator)
     t_start = time.perf_counter()
 
     # --- task: this process's endless stream of episodes
@@ -163,10 +154,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
     next_episode = episode_sampler(len(episodes), cfg.seed, rank, world)
 
     # --- model + value head (one module, so DeepSpeed/FSDP see a single model), optimiser, schedule
-    if prebuilt is not None:
-        (model, processor), model_meta = prebuilt, {"source": "prebuilt"}
-    else:
-        model, processor, model_meta = load_model_and_processor(cfg.model, cfg.seed)
+    model, processor, model_meta = load_policy_model(cfg, prebuilt)
     model_type = model.config.model_type
     model = prepare_trainable(model, cfg.model)
     with torch.random.fork_rng(devices=[]):
@@ -179,16 +167,8 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
     optimizer = make_optimizer(accelerator, params, cfg)
     period = cfg.lr_max_steps if cfg.lr_max_steps > 0 else cfg.updates
 
-    def set_lr(done: int) -> float:
-        """LR of update ``done`` (0-based): the reference's CosineAnnealingLR(T_max=lr_max_steps) stepped
-        once per update — a function of the update count, so nothing to checkpoint."""
-        lr = cfg.optim.lr * lr_multiplier(done / period, cfg.optim.schedule, cfg.optim.warmup_ratio,
-                                          cfg.optim.min_lr_ratio, 1.0 / period)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        return lr
-
     model, optimizer = accelerator.prepare(model, optimizer)
+    set_lr = lr_setter(optimizer, cfg.optim, period)  # stepped once per update (CosineAnnealingLR, T_max)
     unwrapped = accelerator.unwrap_model(model)
     value_head = unwrapped.value_head
     turns = TurnTokenizer(processor, model_type)

@@ -1,4 +1,5 @@
-"""Small pieces PPO and GRPO share: task options, deterministic task order and sampling seeds, exact
+"""Small pieces PPO and GRPO share: the run's start (accelerator, seed, output folder, model), the LR
+setter, task options, deterministic task order and sampling seeds, exact
 gradient accumulation over a variable number of micro-batches, and metric reduction.
 
 Determinism without saved RNG state: the tasks a process plays in update ``u`` and the seed of its
@@ -11,12 +12,56 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from spatialrl.rollout.trajectory import Trajectory
+
+
+def start_run(cfg: Any, micro_batch: int) -> tuple[Any, Path]:
+    """``(accelerator, output_dir)`` for a PPO/GRPO config: the accelerator (``micro_batch`` samples per
+    forward), global seeds, the output folder with ``config.json`` (main process), and the refusal of
+    sharded rollouts."""
+    from spatialrl.io import atomic_write_json
+    from spatialrl.train.common import make_accelerator, seed_everything
+    from spatialrl.train.config import config_to_dict
+
+    accelerator = make_accelerator(cfg.model.dtype, 1, micro_batch, cfg.optim.max_grad_norm)
+    seed_everything(cfg.seed)
+    out = Path(cfg.output_dir)
+    if accelerator.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / "config.json", config_to_dict(cfg))
+    refuse_sharded_rollouts(accelerator)
+    return accelerator, out
+
+
+def load_policy_model(cfg: Any, prebuilt: tuple[Any, Any] | None) -> tuple[Any, Any, dict[str, Any]]:
+    """``(model, processor, meta)`` from ``cfg.model``, or the caller's ``prebuilt`` pair (the speed
+    benchmark's random 11B-sized model, never written to disk)."""
+    if prebuilt is not None:
+        return prebuilt[0], prebuilt[1], {"source": "prebuilt"}
+    from spatialrl.train.common import load_model_and_processor
+
+    return load_model_and_processor(cfg.model, cfg.seed)
+
+
+def lr_setter(optimizer: torch.optim.Optimizer, optim_cfg: Any, period: int) -> Callable[[int], float]:
+    """``set_lr(done)``: sets and returns the LR after ``done`` of ``period`` schedule steps (warmup +
+    cosine/linear/constant from ``optim_cfg``) — a function of the step count, so nothing to checkpoint."""
+    from spatialrl.train.common import lr_multiplier
+
+    def set_lr(done: int) -> float:
+        lr = optim_cfg.lr * lr_multiplier(done / period, optim_cfg.schedule, optim_cfg.warmup_ratio,
+                                          optim_cfg.min_lr_ratio, 1.0 / period)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    return set_lr
 
 
 def make_optimizer(accelerator: Any, params: list[torch.nn.Parameter], cfg: Any) -> torch.optim.Optimizer:
