@@ -19,11 +19,15 @@ ARMS = {  # eval run label → (task, role in the comparison)
     "tvr-va-grpo-multi": "TVR: VA-SFT + multi-turn GRPO", "tvr-ao-sft": "TVR: AO-SFT (builtin:tvr-ao-sft)",
     "tvr-ao-grpo-single": "TVR: AO-SFT + single-turn GRPO",
 }
+# name → (runs, keys, x axis). Runs of different trainers share a panel against wall-clock minutes:
+# an SFT optimiser step and an RL update are not comparable units.
 CURVES = {
     "virl": (["virl-ppo", "virl-sft-more"], ["eval/in-dist/per_step_accuracy", "eval/visual-ood/per_step_accuracy",
-                                             "eval/rule-ood/per_step_accuracy"]),
-    "virl_ppo": (["virl-ppo"], ["rollout/reward_mean", "episodes/success", "losses/approx_kl", "losses/clipfrac"]),
-    "tvr_grpo": (["tvr-va-grpo-multi", "tvr-ao-grpo-single"], ["rollout/reward_mean", "losses/kl", "diag/action_match"]),
+                                             "eval/rule-ood/per_step_accuracy"], "time"),
+    "virl_ppo": (["virl-ppo"], ["rollout/reward_mean", "episodes/success", "losses/approx_kl", "losses/clipfrac"],
+                 "step"),
+    "tvr_grpo": (["tvr-va-grpo-multi", "tvr-ao-grpo-single"], ["rollout/reward_mean", "losses/kl",
+                                                               "diag/action_match"], "time"),
 }
 
 
@@ -73,10 +77,10 @@ def main() -> None:
             lines += [f"## {task.upper()} — {m} (%)", "", comparison_table(chosen, m), ""]
         if task == "tvr":
             lines += ["## TVR — behaviour (overall)", "", behaviour_table(chosen), ""]
-    for name, (labels, keys) in CURVES.items():
+    for name, (labels, keys, x) in CURVES.items():
         chosen = {k: runs[k] for k in labels if k in runs}
         if chosen:
-            png = plot_curves(chosen, keys, out / f"curves_{name}.png", title=args.title)
+            png = plot_curves(chosen, keys, out / f"curves_{name}.png", title=args.title, x=x)
             lines += [f"![{name}]({png.name})", ""]
     summary = {}
     for k, run in runs.items():

@@ -27,6 +27,19 @@ def test_curves_png_and_values(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(DataError, match="metrics.jsonl"):
         load_curves(tmp_path / "nope", ["x"])
+    with pytest.raises(DataError, match="line 1 has no 'time'"):
+        load_curves(a, ["rollout/reward_mean"], x="time")
+
+
+def test_curves_against_wall_clock_minutes(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    lines = [{"step": 0, "time": 0.0}, {"step": 300, "time": 90.0, "eval/x": 0.5}, {"step": 600, "time": 180.0, "eval/x": 0.7}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert load_curves(run, ["eval/x"], x="time")["eval/x"] == ([1.5, 3.0], [0.5, 0.7])
+    out = tmp_path / "t.png"
+    main(["curves", "--run", f"R={run}", "--key", "eval/x", "--x", "time", "--out", str(out)])
+    assert out.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_comparison_table(tmp_path):

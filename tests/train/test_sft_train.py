@@ -102,13 +102,14 @@ def test_closed_loop_eval_during_training(tmp_path, gp_data, tiny_builtin):
     out = tmp_path / "run"
     summary = train(make_cfg(out, gp_data, tiny_builtin, max_steps=2, **{
         "eval.task": "gp", "eval.every": 1, "eval.episodes": 2, "eval.max_new_tokens": 8,
-        "eval.options": {"mode": "l", "episodes": 3, "split": "in-dist"}, "data.eval": str(gp_data),
+        "eval.options": {"mode": "l", "episodes": 3, "split": "in-dist,rule-ood"}, "data.eval": str(gp_data),
         "model.save_dtype": "bfloat16"}))
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in records if "eval/overall/success_rate" in r]
     assert [r["step"] for r in evals] == [1, 2]  # periodic + final
+    assert all(r["eval/in-dist/episodes"] == 2 and r["eval/rule-ood/episodes"] == 2 for r in evals)  # N per split
     episodes = (out / "eval" / "step-000001" / "episodes.jsonl").read_text().splitlines()
-    assert len(episodes) == 2 and json.loads(episodes[0])["agent"] == "sft-step1"
+    assert len(episodes) == 4 and json.loads(episodes[0])["agent"] == "sft-step1"
     assert "heldout/loss" in summary["final"] and summary["final"]["heldout/tokens"] > 0
     final = load_file(str(out / "final" / "model.safetensors"))
     assert {t.dtype for t in final.values()} == {torch.bfloat16}

@@ -118,7 +118,7 @@ class ClosedLoopEvalConfig:
     data: str | None = field(default=None, metadata=_help("Task data (TVR bench folder, V-IRL dataset folder)."))
     split: str | None = field(default=None, metadata=_help("Held-out split (task-specific)."))
     options: dict[str, Any] = field(default_factory=dict, metadata=_help("Extra task options, as `spatialrl eval --set`."))
-    episodes: int = field(default=16, metadata=_help("Episodes per evaluation (the first N of the split)."))
+    episodes: int = field(default=16, metadata=_help("Episodes per evaluation: the first N of each split (TVR: spread over categories)."))
     batch_size: int = field(default=16, metadata=_help("Episodes stepped together per generate call."))
     max_new_tokens: int = field(default=64, metadata=_help("Generation budget per turn."))
 

@@ -143,7 +143,10 @@ def closed_loop_eval(accelerator: Any, model: Any, processor: Any, cfg: SFTConfi
         if cfg.eval.split is not None:
             options["split"] = cfg.eval.split
         options.update(cfg.eval.options)
-        episodes = suite.episodes(options)[: cfg.eval.episodes]
+        # The suite applies the limit per split (V-IRL, GP) or round-robin over categories (TVR): slicing
+        # the joined list would evaluate only the first split of `in-dist,rule-ood,visual-ood`.
+        options.setdefault("limit", cfg.eval.episodes)
+        episodes = suite.episodes(options)
         unwrapped = accelerator.unwrap_model(model)
         was_training = unwrapped.training
         dtype = next(unwrapped.parameters()).dtype  # keep the master weights' dtype (no in-place cast)
