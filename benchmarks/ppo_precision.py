@@ -26,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 
 def measure(dtype: str, data: Path, work: Path, args: argparse.Namespace) -> dict[str, float]:
     from spatialrl.io import read_jsonl
+    from spatialrl.train.common import reset_accelerate_state
     from spatialrl.train.config import load_config
     from spatialrl.train.ppo import train
     from spatialrl.train.rl_config import PPOConfig
@@ -36,11 +37,7 @@ def measure(dtype: str, data: Path, work: Path, args: argparse.Namespace) -> dic
             "checkpoint.every": 0, "logging.report_to": "none", "task.name": "virl", "task.data": str(data),
             "task.options": {"mode": "vl", "grid_size": 224, "episodes": 256, "seed": 1}}
     train(load_config(PPOConfig, HERE.parent / "configs/ppo/tiny_cpu.yaml", over))
-    from accelerate.state import AcceleratorState, GradientState
-
-    # the next dtype builds a new Accelerator with another mixed-precision setting in this process
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
+    reset_accelerate_state()  # the next dtype builds a new Accelerator with another mixed precision in this process
     row = [r for r in read_jsonl(work / dtype / "metrics.jsonl") if "losses/approx_kl" in r][-1]
     return {"dtype": dtype, "approx_kl": row["losses/approx_kl"], "clipfrac": row["losses/clipfrac"],
             "ratio": row["losses/ratio"], "samples": row["charts/update_samples"]}

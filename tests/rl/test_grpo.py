@@ -12,6 +12,7 @@ from spatialrl.train.config import load_config
 from spatialrl.train.grpo import build_sequences, gated_reward, train, trajectory_advantages
 from spatialrl.train.rl_config import GatedRewardConfig, GRPOConfig
 
+from .helpers import assert_same_run
 from .letters import REPO, read_updates
 
 DETERMINISTIC = ("rollout/", "losses/", "rewards/", "charts/")
@@ -60,13 +61,7 @@ def test_grpo_resume_continues_exactly(tmp_path, tiny_model_dir, letter_suite):
     assert not (tmp_path / "b/run/final").exists()
     resumed = train(killed)
     assert resumed["finished"]
-    a, b = read_updates(straight.output_dir)[3], read_updates(killed.output_dir)[3]
-    for key in a:
-        if key.startswith(DETERMINISTIC):
-            assert a[key] == b[key], key
-    wa = load_file(str(tmp_path / "a/run/final/model.safetensors"))
-    wb = load_file(str(tmp_path / "b/run/final/model.safetensors"))
-    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert_same_run(straight.output_dir, killed.output_dir, 3, DETERMINISTIC)
 
 
 def test_gated_reward_levels():

@@ -11,6 +11,7 @@ from spatialrl.train.config import load_config
 from spatialrl.train.ppo import train
 from spatialrl.train.rl_config import PPOConfig
 
+from .helpers import assert_same_run
 from .letters import REPO, read_updates
 
 DETERMINISTIC = ("rollout/", "losses/", "rewards/", "charts/", "episodes/")
@@ -52,13 +53,7 @@ def test_ppo_resume_continues_exactly(tmp_path, tiny_model_dir, letter_suite):
     assert (checkpoint / "hf" / VALUE_HEAD_FILE).is_file()
     assert (tmp_path / "b/run/rollout_state/update-000002-rank-0.pt").is_file()
     assert train(killed)["finished"]
-    a, b = read_updates(straight.output_dir)[3], read_updates(killed.output_dir)[3]
-    for key in a:
-        if key.startswith(DETERMINISTIC):
-            assert a[key] == b[key], key
-    wa = load_file(str(tmp_path / "a/run/final/model.safetensors"))
-    wb = load_file(str(tmp_path / "b/run/final/model.safetensors"))
-    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert_same_run(straight.output_dir, killed.output_dir, 3, DETERMINISTIC)
     ha, hb = ValueHead.load(tmp_path / "a/run/final"), ValueHead.load(tmp_path / "b/run/final")
     assert all(torch.equal(x, y) for x, y in zip(ha.state_dict().values(), hb.state_dict().values(), strict=True))
 

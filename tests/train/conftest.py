@@ -103,7 +103,6 @@ def tiny_builtin(tmp_path_factory) -> Path:
 def _fresh_accelerate_state():
     """Each in-process training run gets its own accelerate state (it is a process-wide singleton)."""
     yield
-    from accelerate.state import AcceleratorState, GradientState
+    from spatialrl.train.common import reset_accelerate_state
 
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
+    reset_accelerate_state()

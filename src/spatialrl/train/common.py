@@ -73,6 +73,22 @@ def make_accelerator(dtype: str, grad_accum: int, micro_batch_size: int, max_gra
     return accelerator
 
 
+def reset_accelerate_state() -> None:
+    """Forget accelerate's process-wide state, so the next ``make_accelerator`` in this process starts fresh.
+
+    ``AcceleratorState`` and ``GradientState`` are singletons shared by every ``Accelerator`` of a
+    process: a second one would keep the first one's settings (and refuse another mixed precision with
+    "AcceleratorState has already been initialized") and its gradient-accumulation state. A launched run
+    builds one ``Accelerator``; only a process that trains several times in a row (tests, benchmarks
+    comparing dtypes) needs this, after each run. accelerate has no public reset, so its private
+    ``_reset_state`` is called from here alone.
+    """
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
 def is_fsdp(accelerator: Any) -> bool:
     return getattr(accelerator.state, "fsdp_plugin", None) is not None
 

@@ -40,7 +40,6 @@ import torch
 
 from spatialrl.agents.base import Conversation, SamplingParams
 from spatialrl.errors import DataError
-from spatialrl.io import atomic_write_json
 from spatialrl.rollout.trajectory import Segment, Trajectory, TurnTokenizer
 from spatialrl.train import losses
 from spatialrl.train.agent_loop import EnvPool
@@ -51,14 +50,15 @@ from spatialrl.train.common import (
     load_checkpoint,
     prepare_trainable,
     save_checkpoint,
-    save_hf_model,
 )
 from spatialrl.train.config import config_to_dict
 from spatialrl.train.policy_ops import sample_segments, score_tokens
 from spatialrl.train.rl_common import (
     backward_scaled,
     begin_accumulation,
+    end_run,
     episode_sampler,
+    finish_update,
     load_policy_model,
     lr_setter,
     make_optimizer,
@@ -70,7 +70,6 @@ from spatialrl.train.rl_common import (
     task_episodes,
 )
 from spatialrl.train.rl_config import GatedRewardConfig, GRPOConfig
-from spatialrl.train.sft import closed_loop_eval
 
 
 # ------------------------------------------------------------------------------------------ rewards
@@ -437,37 +436,16 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
             with accelerator.autocast():
                 tracker.log(update, action_match(turns, heldout, unwrapped, sampling.max_new_tokens, cfg.single.reward,
                                                  cfg.micro_batch_size * 4))
-        if cfg.eval.task is not None and cfg.eval.every > 0 and update % cfg.eval.every == 0 and update < cfg.updates:
-            tracker.log(update, closed_loop_eval(accelerator, model, processor, cfg, update))
-        if cfg.checkpoint.every > 0 and update % cfg.checkpoint.every == 0 and update < cfg.updates:
-            save(update)
-        if stop_after is not None and update >= stop_after:
-            stopped_early = True
-            break
-        if cfg.time_limit_minutes > 0 and (time.perf_counter() - t_start) / 60 >= cfg.time_limit_minutes:
-            save(update)
+        if finish_update(update, cfg, accelerator, model, processor, tracker, save, stop_after, t_start):
             stopped_early = True
             break
 
     # --- end
     if pool is not None:
         pool.close()
-    summary: dict[str, Any] = {"update": update, "updates": cfg.updates, "finished": update >= cfg.updates,
-                               "last": last, "seconds": time.perf_counter() - t_start}
-    if not stopped_early:
-        save(update)
-        save_hf_model(accelerator, model, processor, out / "final", merge_lora=cfg.model.lora.merge_on_save,
-                      dtype=cfg.model.save_dtype, meta={**model_meta, "trained_by": f"spatialrl train grpo --mode {cfg.mode}",
-                                                        "updates": update, "recipe": config_to_dict(cfg)})
-        final = closed_loop_eval(accelerator, model, processor, cfg, update)
-        if final:
-            tracker.log(update, final)
-        summary["final"] = final
-        if accelerator.is_main_process:
-            atomic_write_json(out / "summary.json", summary)
-    tracker.close()
-    accelerator.wait_for_everyone()
-    return summary
+    return end_run(cfg, accelerator, model, processor, tracker, out, save, update=update, last=last, t_start=t_start,
+                   stopped_early=stopped_early,
+                   meta={**model_meta, "trained_by": f"spatialrl train grpo --mode {cfg.mode}"})
 
 
 def global_denominator(accelerator: Any, seqs: list[Sequence], mode: str) -> torch.Tensor:

@@ -44,7 +44,7 @@ import torch
 
 from spatialrl.agents.base import SamplingParams
 from spatialrl.errors import DataError
-from spatialrl.io import atomic_write_bytes, atomic_write_json
+from spatialrl.io import atomic_write_bytes
 from spatialrl.models.value_head import ValueHead, hidden_size_of
 from spatialrl.rollout.trajectory import Segment, TurnTokenizer
 from spatialrl.train import losses
@@ -57,15 +57,16 @@ from spatialrl.train.common import (
     load_checkpoint,
     prepare_trainable,
     save_checkpoint,
-    save_hf_model,
 )
 from spatialrl.train.config import config_to_dict
 from spatialrl.train.policy_ops import score_tokens, token_char_ends
 from spatialrl.train.rl_common import (
     backward_scaled,
     begin_accumulation,
+    end_run,
     episode_metrics,
     episode_sampler,
+    finish_update,
     load_policy_model,
     lr_setter,
     make_optimizer,
@@ -77,7 +78,6 @@ from spatialrl.train.rl_common import (
     task_episodes,
 )
 from spatialrl.train.rl_config import PPOConfig
-from spatialrl.train.sft import closed_loop_eval
 
 ROLLOUT_DIR = "rollout_state"
 
@@ -370,35 +370,12 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
         last = metrics
         if update % max(1, cfg.logging.every) == 0 or update == cfg.updates:
             tracker.log(update, metrics)
-        if cfg.eval.task is not None and cfg.eval.every > 0 and update % cfg.eval.every == 0 and update < cfg.updates:
-            tracker.log(update, closed_loop_eval(accelerator, model, processor, cfg, update))
-        if cfg.checkpoint.every > 0 and update % cfg.checkpoint.every == 0 and update < cfg.updates:
-            save(update)
-        if stop_after is not None and update >= stop_after:
-            stopped_early = True
-            break
-        if cfg.time_limit_minutes > 0 and (time.perf_counter() - t_start) / 60 >= cfg.time_limit_minutes:
-            save(update)
+        if finish_update(update, cfg, accelerator, model, processor, tracker, save, stop_after, t_start):
             stopped_early = True
             break
 
     # --- end
     pool.close()
-    summary: dict[str, Any] = {"update": update, "updates": cfg.updates, "finished": update >= cfg.updates,
-                               "last": last, "seconds": time.perf_counter() - t_start}
-    if not stopped_early:
-        save(update)
-        save_hf_model(accelerator, model, processor, out / "final", merge_lora=cfg.model.lora.merge_on_save,
-                      dtype=cfg.model.save_dtype, meta={**model_meta, "trained_by": "spatialrl train ppo",
-                                                        "updates": update, "recipe": config_to_dict(cfg)})
-        if accelerator.is_main_process:
-            value_head.save(out / "final")
-        final = closed_loop_eval(accelerator, model, processor, cfg, update)
-        if final:
-            tracker.log(update, final)
-        summary["final"] = final
-        if accelerator.is_main_process:
-            atomic_write_json(out / "summary.json", summary)
-    tracker.close()
-    accelerator.wait_for_everyone()
-    return summary
+    return end_run(cfg, accelerator, model, processor, tracker, out, save, update=update, last=last, t_start=t_start,
+                   stopped_early=stopped_early, meta={**model_meta, "trained_by": "spatialrl train ppo"},
+                   export_extra=value_head.save)  # the critic ships beside the exported model

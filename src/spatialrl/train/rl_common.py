@@ -1,6 +1,7 @@
 """Small pieces PPO and GRPO share: the run's start (accelerator, seed, output folder, model), the LR
-setter, task options, deterministic task order and sampling seeds, exact
-gradient accumulation over a variable number of micro-batches, and metric reduction.
+setter, the end of each update (eval, checkpoint, stop) and of the run (final save, export, summary),
+task options, deterministic task order and sampling seeds, exact gradient accumulation over a variable
+number of micro-batches, and metric reduction.
 
 Determinism without saved RNG state: the tasks a process plays in update ``u`` and the seed of its
 sampling generator are functions of ``(seed, rank, u)`` only, so a run resumed from a checkpoint at
@@ -10,6 +11,7 @@ update ``u`` draws exactly what the uninterrupted run drew.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +82,63 @@ def make_optimizer(accelerator: Any, params: list[torch.nn.Parameter], cfg: Any)
     from spatialrl.train.offload import CPUOffloadAdamW
 
     return CPUOffloadAdamW(params, master_weights=cfg.offload_master_weights, **kwargs)
+
+
+def finish_update(update: int, cfg: Any, accelerator: Any, model: Any, processor: Any, tracker: Any,
+                  save: Callable[[int], None], stop_after: int | None, t_start: float) -> bool:
+    """The bookkeeping after update ``update`` is counted and its metrics logged; True means stop now.
+
+    In this order: closed-loop eval every ``cfg.eval.every`` updates, then a checkpoint every
+    ``cfg.checkpoint.every`` (neither at the last update: ``end_run`` saves and evaluates that one);
+    ``stop_after`` stops as if the process were killed, without saving (how the tests check exact
+    resume); the time limit saves first, so the run resumes from this update.
+    """
+    from spatialrl.train.sft import closed_loop_eval
+
+    if cfg.eval.task is not None and cfg.eval.every > 0 and update % cfg.eval.every == 0 and update < cfg.updates:
+        tracker.log(update, closed_loop_eval(accelerator, model, processor, cfg, update))
+    if cfg.checkpoint.every > 0 and update % cfg.checkpoint.every == 0 and update < cfg.updates:
+        save(update)
+    if stop_after is not None and update >= stop_after:
+        return True
+    if cfg.time_limit_minutes > 0 and (time.perf_counter() - t_start) / 60 >= cfg.time_limit_minutes:
+        save(update)
+        return True
+    return False
+
+
+def end_run(cfg: Any, accelerator: Any, model: Any, processor: Any, tracker: Any, out: Path,
+            save: Callable[[int], None], *, update: int, last: dict[str, float], t_start: float,
+            stopped_early: bool, meta: dict[str, Any],
+            export_extra: Callable[[Path], None] | None = None) -> dict[str, Any]:
+    """The run's summary (``seconds``: the time until the loop ended, final save not counted).
+
+    Unless ``finish_update`` stopped the run early: a last checkpoint, the model exported to
+    ``OUTPUT/final`` (``meta`` plus update count and recipe beside it), ``export_extra(OUTPUT/final)`` on
+    the main process (PPO: the value head), the final closed-loop eval, and ``OUTPUT/summary.json``.
+    """
+    from spatialrl.io import atomic_write_json
+    from spatialrl.train.common import save_hf_model
+    from spatialrl.train.config import config_to_dict
+    from spatialrl.train.sft import closed_loop_eval
+
+    summary: dict[str, Any] = {"update": update, "updates": cfg.updates, "finished": update >= cfg.updates,
+                               "last": last, "seconds": time.perf_counter() - t_start}
+    if not stopped_early:
+        save(update)
+        save_hf_model(accelerator, model, processor, out / "final", merge_lora=cfg.model.lora.merge_on_save,
+                      dtype=cfg.model.save_dtype, meta={**meta, "updates": update, "recipe": config_to_dict(cfg)})
+        if export_extra is not None and accelerator.is_main_process:
+            export_extra(out / "final")
+        final = closed_loop_eval(accelerator, model, processor, cfg, update)
+        if final:
+            tracker.log(update, final)
+        summary["final"] = final
+        if accelerator.is_main_process:
+            atomic_write_json(out / "summary.json", summary)
+    tracker.close()
+    accelerator.wait_for_everyone()
+    return summary
 
 
 def refuse_sharded_rollouts(accelerator: Any) -> None:
