@@ -21,7 +21,6 @@ from typing import Any
 from spatialrl.errors import DataError
 from spatialrl.io import atomic_write_text, read_jsonl
 
-
 X_AXES = {"step": "update", "time": "minutes since start"}
 
 
