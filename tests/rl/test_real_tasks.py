@@ -40,5 +40,7 @@ def test_one_update_on_each_real_task(tmp_path, tiny_model_dir):
         if mode == "multi":  # TVR's four shaped components, each logged
             assert {f"rewards/{c}/mean" for c in ("step", "format", "progress", "terminal")} <= set(last)
             assert 1 <= last["rollout/turns_mean"] <= 3
+            # G=2 copies of a task share their frames: the rollout cache encodes each distinct one once
+            assert last["charts/images_cached"] > 0 and last["charts/images_encoded"] > 0
         else:
             assert "rewards/match/mean" in last and last["rollout/turns_mean"] == 1

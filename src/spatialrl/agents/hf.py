@@ -27,6 +27,7 @@ from PIL import Image
 from transformers import BatchFeature, GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from spatialrl.agents.base import Conversation, Generation, SamplingParams
+from spatialrl.agents.vision_cache import VisionCache
 from spatialrl.errors import DataError
 
 QWEN_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
@@ -99,7 +100,8 @@ class HFPolicy:
     processor), ``max_batch_size`` caps one ``generate`` call (larger batches are split),
     ``min_new_tokens`` forces response length (benchmarks), ``fold_system`` merges the system prompt into
     the first user turn (default on for Mllama, whose chat template refuses a system message next to
-    images).
+    images), ``vision_cache_mb`` keeps Qwen-family image features between calls (``agents/vision_cache.py``;
+    0 turns it off) so a multi-turn episode encodes each frame once.
     """
 
     def __init__(
@@ -114,6 +116,7 @@ class HFPolicy:
         max_batch_size: int | None = None,
         min_new_tokens: int = 0,
         fold_system: bool | None = None,
+        vision_cache_mb: float = 1024,
     ):
         self.name = name
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -149,7 +152,9 @@ class HFPolicy:
         cfg = model.config
         placeholders = {getattr(cfg, k, None) for k in ("image_token_id", "video_token_id", "image_token_index")}
         self.banned_token_ids = sorted(t for t in placeholders if isinstance(t, int) and t not in self.eos_token_ids)
-        self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "requests": 0, "oom_splits": 0}
+        self.vision_cache = VisionCache(vision_cache_mb) if vision_cache_mb and VisionCache.supports(self.model) else None
+        self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "requests": 0, "oom_splits": 0,
+                      "vision_cache_hits": 0, "vision_cache_misses": 0}
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **kwargs: Any) -> HFPolicy:
@@ -246,6 +251,16 @@ class HFPolicy:
         ids = torch.tensor(token_ids, device=logits.device)
         return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, None]).squeeze(-1)
 
+    def _model_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """A collated CPU batch on the device; through the vision cache when there is one."""
+        if self.vision_cache is None:
+            return dict(BatchFeature(batch).to(self.device))
+        before = self.vision_cache.hits, self.vision_cache.misses
+        out = self.vision_cache.prepare(self.model, batch, self.device)
+        self.usage["vision_cache_hits"] += self.vision_cache.hits - before[0]
+        self.usage["vision_cache_misses"] += self.vision_cache.misses - before[1]
+        return out
+
     # ------------------------------------------------------------------ generation
     def generate(
         self,
@@ -288,7 +303,7 @@ class HFPolicy:
 
     @torch.no_grad()
     def _generate_batch(self, parts: list[dict[str, torch.Tensor]], sampling: SamplingParams) -> list[Generation]:
-        inputs = BatchFeature(collate(parts, self.pad_token_id)).to(self.device)
+        inputs = self._model_inputs(collate(parts, self.pad_token_id))
         generator = None
         if not sampling.greedy:
             generator = torch.Generator(device=self.device)

@@ -127,6 +127,7 @@ class EnvPool:
         slots: list[int] | None = None,
         on_cut: Callable[[Trajectory], None] | None = None,
         max_batch_size: int | None = None,
+        vision_cache: Any = None,
     ) -> tuple[list[Step], list[Trajectory]]:
         """Sample one answer for each given active slot and step its env.
 
@@ -150,7 +151,7 @@ class EnvPool:
                 continue
             chosen.append(i)
         samples = sample_segments(model, self.turns, [self.slots[i].segment for i in chosen], sampling, generator,
-                                  max_batch_size=max_batch_size)
+                                  max_batch_size=max_batch_size, vision_cache=vision_cache)
         steps: list[Step] = []
         tokenizer = self.turns.tokenizer
         for i, (ids, logprobs) in zip(chosen, samples, strict=True):

@@ -66,8 +66,10 @@ from spatialrl.train.rl_common import (
     reduce_metrics,
     reward_component_metrics,
     rollout_generator,
+    rollout_vision_cache,
     start_run,
     task_episodes,
+    vision_cache_metrics,
 )
 from spatialrl.train.rl_config import GatedRewardConfig, GRPOConfig
 
@@ -116,14 +118,15 @@ def expert_prompts(suite: Any, options: dict[str, Any], episodes: list[Any]) -> 
 
 # ------------------------------------------------------------------------------------------ rollouts
 def rollout_multi(pool: EnvPool, specs: list[Any], group_size: int, update: int, model: Any,
-                  sampling: SamplingParams, generator: torch.Generator, max_batch_size: int | None) -> list[Trajectory]:
+                  sampling: SamplingParams, generator: torch.Generator, max_batch_size: int | None,
+                  vision_cache: Any = None) -> list[Trajectory]:
     """Play every task ``group_size`` times in lock-step; return all trajectories (grouped by task)."""
     for k, spec in enumerate(specs):
         for j in range(group_size):
             pool.start(k * group_size + j, spec, group=f"{update}:{k}:{spec.episode_id}")
     done: list[Trajectory] = []
     while pool.active():
-        _, finished = pool.turn(model, sampling, generator, max_batch_size=max_batch_size)
+        _, finished = pool.turn(model, sampling, generator, max_batch_size=max_batch_size, vision_cache=vision_cache)
         done.extend(finished)
     order = {id(t): i for i, t in enumerate(done)}
     return sorted(done, key=lambda t: (t.group, order[id(t)]))
@@ -131,11 +134,12 @@ def rollout_multi(pool: EnvPool, specs: list[Any], group_size: int, update: int,
 
 def rollout_single(turns: TurnTokenizer, prompts: list[ExpertPrompt], group_size: int, update: int, model: Any,
                    sampling: SamplingParams, generator: torch.Generator, reward_cfg: GatedRewardConfig,
-                   max_batch_size: int | None) -> list[Trajectory]:
+                   max_batch_size: int | None, vision_cache: Any = None) -> list[Trajectory]:
     """Sample ``group_size`` answers to each prompt; each answer is a one-turn trajectory."""
     bases = [turns.start(p.conversation) for p in prompts]
     segments = [base.fork() for base in bases for _ in range(group_size)]
-    samples = sample_segments(model, turns, segments, sampling, generator, max_batch_size=max_batch_size)
+    samples = sample_segments(model, turns, segments, sampling, generator, max_batch_size=max_batch_size,
+                              vision_cache=vision_cache)
     out = []
     for i, (seg, (ids, logprobs)) in enumerate(zip(segments, samples, strict=True)):
         prompt = prompts[i // group_size]
@@ -341,14 +345,15 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
         generator = rollout_generator(cfg.seed, rank, update, accelerator.device)  # sampling runs on the model's device
         unwrapped.eval()
         items = next_items(update * per_update, per_update)
+        vision_cache = rollout_vision_cache(unwrapped, cfg.sampling)
         with accelerator.autocast():
             if cfg.mode == "single":
                 trajs = rollout_single(turns, [prompts[i] for i in items], cfg.group_size, update, unwrapped,
-                                       sampling, generator, cfg.single.reward, max_gen_batch)
+                                       sampling, generator, cfg.single.reward, max_gen_batch, vision_cache)
             else:
                 assert pool is not None
                 trajs = rollout_multi(pool, [episodes[i] for i in items], cfg.group_size, update, unwrapped,
-                                      sampling, generator, max_gen_batch)
+                                      sampling, generator, max_gen_batch, vision_cache)
         t_rollout = time.perf_counter() - t0
 
         # 2. advantages, broadcast to policy tokens
@@ -425,6 +430,7 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
         metrics.update({"losses/policy_tokens": sums["tokens"], "train/lr": lr,
                         "train/rollout_seconds": t_rollout, "train/update_seconds": time.perf_counter() - t0,
                         "charts/env_steps": counters["env_steps"], "charts/episodes": counters["episodes"]})
+        metrics.update(vision_cache_metrics(vision_cache))
         if grad_norms:
             metrics["train/grad_norm"] = float(np.mean(grad_norms))
         metrics = reduce_metrics(accelerator, metrics, weights={"losses/": "losses/policy_tokens"})

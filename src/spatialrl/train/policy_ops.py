@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from spatialrl.agents.base import SamplingParams
+from spatialrl.agents.vision_cache import VisionCache
 from spatialrl.rollout.trajectory import Segment, TurnTokenizer
 
 
@@ -47,8 +48,12 @@ def sample_segments(
     sampling: SamplingParams,
     generator: torch.Generator | None,
     max_batch_size: int | None = None,
+    vision_cache: VisionCache | None = None,
 ) -> list[tuple[list[int], list[float]]]:
-    """Continue every segment with one sampled answer: ``[(token_ids, logprobs)]`` cut after the eos."""
+    """Continue every segment with one sampled answer: ``[(token_ids, logprobs)]`` cut after the eos.
+
+    With ``vision_cache``, images already encoded under the same weights are not encoded again (the
+    caller owns the cache and starts a fresh one whenever the weights change)."""
     from transformers import GenerationConfig, LogitsProcessorList
 
     from spatialrl.agents.hf import TokenSampler  # the exact token-choice rule of the eval policy
@@ -61,7 +66,11 @@ def sample_segments(
     out: list[tuple[list[int], list[float]]] = []
     for lo in range(0, len(segments), step):
         chunk = segments[lo : lo + step]
-        inputs = turns.collate([(s, len(s)) for s in chunk], padding_side="left", device=device)
+        views = [(s, len(s)) for s in chunk]
+        if vision_cache is not None:  # hashed on the CPU; only images not cached go to the device
+            inputs = vision_cache.prepare(model, turns.collate(views, padding_side="left"), device)
+        else:
+            inputs = turns.collate(views, padding_side="left", device=device)
         sampler = TokenSampler(sampling, generator, banned_token_ids(model, eos))
         width = inputs["input_ids"].shape[1]
         result = model.generate(

@@ -73,9 +73,11 @@ from spatialrl.train.rl_common import (
     reduce_metrics,
     reward_component_metrics,
     rollout_generator,
+    rollout_vision_cache,
     start_run,
     stats,
     task_episodes,
+    vision_cache_metrics,
 )
 from spatialrl.train.rl_config import PPOConfig
 
@@ -242,6 +244,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
         unwrapped.eval()
         generator = rollout_generator(cfg.seed, rank, update, accelerator.device)  # sampling runs on the model's device
         storage: list[list[Step]] = []
+        vision_cache = rollout_vision_cache(unwrapped, cfg.sampling)
         last_step.clear()
         finished = []
         with accelerator.autocast():
@@ -251,7 +254,8 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
                     refill()
                     todo = [i for i in range(cfg.num_envs) if i not in row]
                     steps, done = pool.turn(unwrapped, sampling, generator, slots=todo, on_cut=on_cut,
-                                            max_batch_size=cfg.sampling.max_batch_size or None)
+                                            max_batch_size=cfg.sampling.max_batch_size or None,
+                                            vision_cache=vision_cache)
                     finished.extend(done)
                     row.update({s.slot: s for s in steps})
                     if len(row) == cfg.num_envs:
@@ -362,6 +366,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
                         "train/samples_per_minute": 60.0 * len(flat) / max(1e-9, time.perf_counter() - t0),
                         "charts/env_steps": rollout_state["env_steps"], "charts/episodes": rollout_state["episodes_done"],
                         "charts/update_samples": float(len(flat))})
+        metrics.update(vision_cache_metrics(vision_cache))
         if grad_norms:
             metrics["train/grad_norm"] = float(np.mean(grad_norms))
         metrics = reduce_metrics(accelerator, metrics,

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from spatialrl.agents.vision_cache import VisionCache
 from spatialrl.rollout.trajectory import Trajectory
 
 
@@ -216,6 +217,21 @@ def rollout_generator(seed: int, rank: int, update: int, device: str | torch.dev
     g = torch.Generator(device=device)
     g.manual_seed(int(np.random.default_rng([seed, rank, update]).integers(2**62)))
     return g
+
+
+def rollout_vision_cache(model: Any, sampling_cfg: Any) -> VisionCache | None:
+    """A fresh image-feature cache for one update's rollouts (weights are fixed within one), or None
+    when it is off or the model family has no per-image vision tower."""
+    if sampling_cfg.vision_cache_mb <= 0 or not VisionCache.supports(model):
+        return None
+    return VisionCache(sampling_cfg.vision_cache_mb)
+
+
+def vision_cache_metrics(cache: VisionCache | None) -> dict[str, float]:
+    """``charts/images_encoded`` and ``charts/images_cached`` of one update's rollouts."""
+    if cache is None:
+        return {}
+    return {"charts/images_encoded": float(cache.misses), "charts/images_cached": float(cache.hits)}
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,9 @@ class SamplingConfig:
     top_p: float = field(default=1.0, metadata=_help("Nucleus sampling mass."))
     max_new_tokens: int = field(default=64, metadata=_help("Answer budget per turn."))
     max_batch_size: int = field(default=0, metadata=_help("Largest generate() batch (0 = all active slots at once)."))
+    vision_cache_mb: float = field(default=1024, metadata=_help(
+        "Image-feature cache of one update's rollouts, in MB (Qwen families; 0 = off): each frame of a "
+        "multi-turn episode goes through the vision tower once instead of every turn."))
 
 
 # The run-control fields PPO and GRPO share (make_optimizer reads them from either config).

@@ -1,0 +1,160 @@
+"""The per-image vision cache: cached features give exactly the uncached answers, each distinct image is
+encoded once, and stale features are never served (weight changes, adapter switches, autocast)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from spatialrl.agents.base import SamplingParams
+from spatialrl.agents.hf import HFPolicy
+from spatialrl.agents.vision_cache import SUPPORTED_FAMILIES, VisionCache, _vision_tower
+from spatialrl.models.tiny import BUILDERS, build_tiny
+from spatialrl.rollout.trajectory import TurnTokenizer
+from spatialrl.train.policy_ops import sample_segments
+
+from .test_hf import conversations
+
+QWEN = [f for f in BUILDERS if f in SUPPORTED_FAMILIES]
+
+
+def _user(rng: np.random.Generator, text: str) -> dict:
+    image = rng.integers(0, 255, (56, 56, 3), dtype=np.uint8)
+    return {"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": text}]}
+
+
+def _inputs(family: str, seed: int = 0):
+    model, proc = build_tiny(family)
+    turns = TurnTokenizer(proc, model.config.model_type)
+    rng = np.random.default_rng(seed)
+    segs = [turns.start([_user(rng, "Go"), {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+                         _user(rng, "Again")]) for _ in range(2)]
+    return model, turns.collate([(s, len(s)) for s in segs], padding_side="left")
+
+
+def _features(model, inputs) -> torch.Tensor:
+    """Reference: the model's own encoder on all images of the batch."""
+    with torch.no_grad():
+        out = model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"], return_dict=True)
+    return torch.cat(out.pooler_output)
+
+
+def _cached(cache: VisionCache, model, inputs) -> torch.Tensor:
+    with torch.no_grad():
+        prepared = cache.prepare(model, inputs)
+    assert "pixel_values" not in prepared
+    return torch.cat(prepared["mm_encoder_outputs"]["image"].pooler_output)
+
+
+@pytest.mark.parametrize("family", QWEN)
+def test_policy_answers_equal_uncached(family):
+    """Two rounds of the same batch: the second is served from the cache; tokens and log-probs are those
+    of the policy without a cache, to the bit."""
+    model, proc = build_tiny(family)
+    plain = HFPolicy(model, proc, device="cpu", vision_cache_mb=0)
+    cached = HFPolicy(model, proc, device="cpu")
+    assert plain.vision_cache is None and cached.vision_cache is not None
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=10, seed=3)
+    for _ in range(2):
+        for a, b in zip(plain.generate(conversations(0), sampling), cached.generate(conversations(0), sampling),
+                        strict=True):
+            assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
+    assert cached.usage["vision_cache_misses"] == 3 and cached.usage["vision_cache_hits"] == 3
+
+
+@pytest.mark.parametrize("family", QWEN)
+def test_rollout_sampling_equals_uncached(family):
+    """Multi-turn sampling from token segments (G=2 forks of each prompt): identical samples, and each
+    distinct image goes through the vision tower once."""
+    model, proc = build_tiny(family)
+    turns = TurnTokenizer(proc, model.config.model_type)
+    rng = np.random.default_rng(1)
+    convs = [[_user(rng, "Go" * (i + 1))] for i in range(2)]
+    bases = [turns.start(c) for c in convs]
+    runs = {}
+    for name, cache in (("plain", None), ("cached", VisionCache(64))):
+        segs = [b.fork() for b in bases for _ in range(2)]
+        history = [list(convs[i // 2]) for i in range(4)]
+        step_rng = np.random.default_rng(2)
+        gen = torch.Generator().manual_seed(0)
+        out = []
+        for k in range(3):
+            samples = sample_segments(model, turns, segs, SamplingParams(1.0, 1.0, 4), gen, vision_cache=cache)
+            out.append(samples)
+            new_user = _user(step_rng, f"t{k}")  # the same next frame for every sample of a turn
+            for i, (ids, lps) in enumerate(samples):
+                turns.add_policy(segs[i], ids, lps, k)
+                history[i] = history[i] + [{"role": "assistant", "content": [
+                    {"type": "text", "text": proc.tokenizer.decode(ids, skip_special_tokens=True)}]}, new_user]
+                assert turns.extend(segs[i], ids, history[i])
+        runs[name] = (out, cache)
+    assert runs["plain"][0] == runs["cached"][0]
+    cache = runs["cached"][1]
+    assert cache.misses == 2 + 3 - 1  # two prompts' images, then one new frame per turn (the last unused)
+    assert cache.hits == 4 + 2 * 4 + 3 * 4 - cache.misses
+
+
+def test_weight_change_clears_the_cache():
+    model, inputs = _inputs("qwen2_5_vl")
+    cache = VisionCache(64)
+    first = _cached(cache, model, inputs)
+    assert torch.equal(first, _features(model, inputs))
+    assert cache.misses == len(inputs["image_grid_thw"]) == 4  # two segments of two distinct images
+    with torch.no_grad():
+        next(_vision_tower(model).parameters()).mul_(1.5)
+    again = _cached(cache, model, inputs)
+    assert not torch.allclose(again, first)
+    assert torch.equal(again, _features(model, inputs))
+    assert cache.hits == 0
+
+
+def test_bypassed_while_the_vision_tower_trains():
+    model, inputs = _inputs("qwen2_5_vl")
+    cache = VisionCache(64)
+    prepared = cache.prepare(model, inputs)
+    assert "pixel_values" in prepared and "mm_encoder_outputs" not in prepared
+    assert cache.hits == cache.misses == 0 and len(cache) == 0
+
+
+def test_autocast_is_part_of_the_key():
+    model, inputs = _inputs("qwen2_5_vl")
+    cache = VisionCache(64)
+    _cached(cache, model, inputs)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _cached(cache, model, inputs)
+    assert cache.hits == 0 and len(cache) == 2 * cache.misses // 2
+
+
+def test_lru_bound():
+    model, inputs = _inputs("qwen2_5_vl")
+    one_image = _features(model, inputs)[: int(inputs["image_grid_thw"][0].prod()) // 4]
+    size = one_image.numel() * one_image.element_size()
+    cache = VisionCache(max_mb=1.5 * size / 2**20)  # room for one image's features, not two
+    _cached(cache, model, inputs)  # a call keeps every image it returns, then evicts down to the bound
+    assert len(cache) == len(inputs["image_grid_thw"])
+    _, other = _inputs("qwen2_5_vl", seed=5)
+    _cached(cache, model, other)
+    assert len(cache) == len(other["image_grid_thw"]) and cache.nbytes == len(cache) * size
+
+
+def test_peft_adapter_switch_clears_the_cache():
+    peft = pytest.importorskip("peft")
+    model, inputs = _inputs("qwen2_5_vl")
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules=r".*visual\.blocks\.\d+\.attn\.qkv",
+                                                      init_lora_weights=False))
+    lora.eval()
+    cache = VisionCache(64)
+    on = _cached(cache, lora, inputs)
+    with lora.disable_adapter():
+        off = _cached(cache, lora, inputs)
+        assert torch.equal(off, _features(lora, inputs))
+    assert not torch.allclose(on, off) and cache.hits == 0
+
+
+def test_families_without_a_qwen_vision_tower_pass_through():
+    model, proc = build_tiny("mllama")
+    assert not VisionCache.supports(model)
+    assert HFPolicy(model, proc, device="cpu").vision_cache is None
+    with pytest.raises(ValueError, match="> 0 MB"):
+        VisionCache(0)
