@@ -44,3 +44,32 @@ def test_one_update_on_each_real_task(tmp_path, tiny_model_dir):
             assert last["charts/images_cached"] > 0 and last["charts/images_encoded"] > 0
         else:
             assert "rewards/match/mean" in last and last["rollout/turns_mean"] == 1
+
+
+@pytest.mark.slow
+def test_vision_cache_changes_no_number(tmp_path, tiny_model_dir):
+    """Two multi-turn GRPO updates on TVR with VA memory and a frozen vision tower (rollouts, old
+    log-probs and the training forward all take cached features), with the cache off and on: the same
+    run, number for number."""
+    from spatialrl.envs.tvr.bench import BenchConfig, make_bench
+    from spatialrl.io import read_jsonl
+    from spatialrl.train.grpo import train as grpo
+
+    bench = tmp_path / "bench"
+    make_bench(bench, BenchConfig.preset(seed=7, sizes={"eval": 0, "sft": 0, "rl": 2, "diag_rotate": 0, "diag_move": 0},
+                                         scenes={"sft": 0, "eval": 0, "rl": 1}), progress=False)
+    rows = {}
+    for mb in (0, 256):
+        cfg = load_config(GRPOConfig, REPO / "configs/grpo/tiny_cpu.yaml", {
+            "model.path": str(tiny_model_dir), "model.freeze_vision": True, "output_dir": str(tmp_path / f"c{mb}"),
+            "updates": 2, "mode": "multi", "checkpoint.every": 0, "task.data": str(bench), "task.split": "rl",
+            "tasks_per_update": 2, "group_size": 2, "sampling.max_new_tokens": 8, "sampling.vision_cache_mb": mb,
+            "task.options": {"memory": "va", "width": 112, "height": 112, "max_steps_multi": 4}})
+        grpo(cfg)
+        rows[mb] = [r for r in read_jsonl(tmp_path / f"c{mb}" / "metrics.jsonl") if "losses/policy_loss" in r]
+    assert len(rows[0]) == len(rows[256]) == 2
+    for off, on in zip(rows[0], rows[256], strict=True):
+        assert on["charts/images_cached"] > 0 and "charts/images_cached" not in off
+        for key, value in off.items():
+            if key.startswith(("losses/", "rollout/", "rewards/")):
+                assert on[key] == pytest.approx(value, abs=1e-6), key

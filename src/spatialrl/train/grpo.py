@@ -52,7 +52,7 @@ from spatialrl.train.common import (
     save_checkpoint,
 )
 from spatialrl.train.config import config_to_dict
-from spatialrl.train.policy_ops import sample_segments, score_tokens
+from spatialrl.train.policy_ops import collate_inputs, sample_segments, score_tokens
 from spatialrl.train.rl_common import (
     backward_scaled,
     begin_accumulation,
@@ -224,9 +224,10 @@ def build_sequences(trajs: list[Trajectory], per_turn: list[list[float]], keep: 
     return out
 
 
-def batch_tensors(turns: TurnTokenizer, seqs: list[Sequence], device: Any) -> tuple[dict[str, torch.Tensor], int, dict[str, torch.Tensor]]:
+def batch_tensors(turns: TurnTokenizer, seqs: list[Sequence], device: Any, vision: tuple[Any, Any] | None = None,
+                  ) -> tuple[dict[str, Any], int, dict[str, torch.Tensor]]:
     """Right-padded model inputs, the first scored position, and per-position mask/advantages ``(B, W)``."""
-    inputs = turns.collate([(s.segment, len(s.segment)) for s in seqs], padding_side="right", device=device)
+    inputs = collate_inputs(turns, [(s.segment, len(s.segment)) for s in seqs], "right", device, *(vision or (None, None)))
     width = inputs["input_ids"].shape[1]
     mask = torch.zeros((len(seqs), width), device=device)
     adv = torch.zeros((len(seqs), width), device=device)
@@ -240,12 +241,13 @@ def batch_tensors(turns: TurnTokenizer, seqs: list[Sequence], device: Any) -> tu
 
 @torch.no_grad()
 def fill_logprobs(model: Any, turns: TurnTokenizer, seqs: list[Sequence], micro: int, temperature: float,
-                  attr: str, accelerator: Any) -> None:
-    """Teacher-forced log-probs of every sequence under ``model`` into ``seq.<attr>`` (old or ref)."""
+                  attr: str, accelerator: Any, vision_cache: Any = None) -> None:
+    """Teacher-forced log-probs of every sequence under ``model`` into ``seq.<attr>`` (old or ref);
+    ``vision_cache`` (the rollout's, valid for ``model`` only) supplies image features."""
     for lo in range(0, len(seqs), micro):
         chunk = seqs[lo:lo + micro]
-        inputs, start, _ = batch_tensors(turns, chunk, accelerator.device)
         with accelerator.autocast():
+            inputs, start, _ = batch_tensors(turns, chunk, accelerator.device, (vision_cache, model))
             logp = score_tokens(model, inputs, start, temperature).logp
         for b, s in enumerate(chunk):
             setattr(s, attr, logp[b, :len(s.segment)].float().cpu())
@@ -368,7 +370,7 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
         # 3. old-policy and reference log-probs
         micro = cfg.micro_batch_size
         scored = seqs if seqs else filler
-        fill_logprobs(unwrapped, turns, scored, micro, sampling.temperature, "old_logp", accelerator)
+        fill_logprobs(unwrapped, turns, scored, micro, sampling.temperature, "old_logp", accelerator, vision_cache)
         if cfg.kl_coef > 0:
             if reference is not None:
                 fill_logprobs(reference, turns, scored, micro, sampling.temperature, "ref_logp", accelerator)
@@ -377,6 +379,9 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
                     fill_logprobs(unwrapped, turns, scored, micro, sampling.temperature, "ref_logp", accelerator)
 
         # 4. policy update: epochs × mini-batches, each an exact reduction over its micro-batches
+        # (cached image features in the training forward only without a DDP/DeepSpeed wrapper, whose
+        # input scattering is not known to carry transformers' encoder-output objects)
+        train_vision = (vision_cache, unwrapped) if model is unwrapped else None
         model.train()
         sums = dict.fromkeys(("policy_loss", "kl", "entropy", "clipfrac", "approx_kl", "ratio", "tokens"), 0.0)
         grad_norms: list[float] = []
@@ -391,7 +396,8 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
                 begin_accumulation(accelerator, len(plan))
                 for batch in plan:
                     chunk = [mine[i] for i in batch.indices] if batch.indices else filler
-                    inputs, start, tens = batch_tensors(turns, chunk, accelerator.device)
+                    with accelerator.autocast():  # the rollout's autocast state: the cache's features match
+                        inputs, start, tens = batch_tensors(turns, chunk, accelerator.device, train_vision)
                     width = inputs["input_ids"].shape[1]
                     old = padded([s.old_logp for s in chunk], width, accelerator.device)
                     ref = padded([s.ref_logp for s in chunk], width, accelerator.device) if cfg.kl_coef > 0 else None

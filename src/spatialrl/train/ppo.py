@@ -59,7 +59,7 @@ from spatialrl.train.common import (
     save_checkpoint,
 )
 from spatialrl.train.config import config_to_dict
-from spatialrl.train.policy_ops import score_tokens, token_char_ends
+from spatialrl.train.policy_ops import collate_inputs, score_tokens, token_char_ends
 from spatialrl.train.rl_common import (
     backward_scaled,
     begin_accumulation,
@@ -114,10 +114,13 @@ def make_sample(step: Step, tokenizer: Any, cfg: PPOConfig) -> Sample:
     return Sample(seg, start, end, weights)
 
 
-def batch_inputs(turns: TurnTokenizer, samples: list[Sample], device: Any) -> tuple[dict[str, torch.Tensor], int, torch.Tensor, torch.Tensor]:
+def batch_inputs(turns: TurnTokenizer, samples: list[Sample], device: Any, vision: tuple[Any, Any] | None = None,
+                 ) -> tuple[dict[str, Any], int, torch.Tensor, torch.Tensor]:
     """Right-padded inputs of sample prefixes, the first scored position, the ``(B, W)`` token weights
-    and the ``(B,)`` value positions (last prompt token before each answer)."""
-    inputs = turns.collate([(s.segment, s.end) for s in samples], padding_side="right", device=device)
+    and the ``(B,)`` value positions (last prompt token before each answer). ``vision`` = ``(cache,
+    unwrapped model)``: image features from the update's vision cache (a frozen tower's features are
+    those the rollout computed)."""
+    inputs = collate_inputs(turns, [(s.segment, s.end) for s in samples], "right", device, *(vision or (None, None)))
     width = inputs["input_ids"].shape[1]
     weights = torch.zeros((len(samples), width), device=device)
     for b, s in enumerate(samples):
@@ -128,9 +131,10 @@ def batch_inputs(turns: TurnTokenizer, samples: list[Sample], device: Any) -> tu
 
 
 def evaluate(model: Any, head: Any, turns: TurnTokenizer, samples: list[Sample], temperature: float,
-             with_entropy: bool, device: Any, entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+             with_entropy: bool, device: Any, entropy_grad: bool = True, vision: tuple[Any, Any] | None = None,
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(action log-probs ``(B,)``, values ``(B,)``, mean answer-token entropy ``(B,)`` or None)."""
-    inputs, start, weights, positions = batch_inputs(turns, samples, device)
+    inputs, start, weights, positions = batch_inputs(turns, samples, device, vision)
     sc = score_tokens(model, inputs, start, temperature, with_entropy=with_entropy, hidden_positions=positions,
                       value_head=head, entropy_grad=entropy_grad)
     logp = losses.weighted_sequence_logprob(sc.logp, weights)
@@ -275,7 +279,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
             for lo in range(0, len(flat), cfg.minibatch_size):
                 chunk = flat[lo:lo + cfg.minibatch_size]
                 logp, value, _ = evaluate(unwrapped, value_head, turns, chunk, sampling.temperature, False,
-                                          accelerator.device)
+                                          accelerator.device, vision=(vision_cache, unwrapped))
                 for s, lp, v in zip(chunk, logp.tolist(), value.tolist(), strict=True):
                     s.old_logp, s.value = lp, v
             next_value = torch.zeros(cfg.num_envs)
@@ -324,7 +328,8 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
                     ret = torch.tensor([x.ret for x in chunk], device=accelerator.device)
                     with accelerator.accumulate(model), accelerator.autocast():
                         logp, value, entropy = evaluate(model, value_head, turns, chunk, sampling.temperature, True,
-                                                        accelerator.device, entropy_grad=cfg.entropy_coef > 0)
+                                                        accelerator.device, entropy_grad=cfg.entropy_coef > 0,
+                                                        vision=(vision_cache, unwrapped) if model is unwrapped else None)
                         pg, st = losses.clipped_policy_loss(logp, old_logp, adv, cfg.clip, cfg.ratio_guard)
                         action_loss = pg.mean()
                         value_loss = losses.clipped_value_loss(value, old_value, ret, cfg.value_clip).mean()
