@@ -86,6 +86,42 @@ def test_sampled_logprobs_equal_training_forward(family):
         assert torch.allclose(got, torch.tensor(s.response_logprobs)[mask], atol=1e-4)
 
 
+def test_scoring_and_training_passes_agree_in_pure_bf16():
+    """PPO's ratio compares the scoring pass (``model.eval()``, ``no_grad``: the old log-probs) with the
+    training pass (``model.train()``, gradients on) over the same tokens. With the weights unchanged the
+    two are one function of one batch, so in pure bf16 on the CPU they agree bit for bit: train mode
+    changes nothing without dropout, and autograd does not change which kernels run here (on a GPU it
+    may: ``benchmarks/logprob_drift.py`` measures that). A different temperature in either pass, a
+    dropout, or any other change of the function is caught (the last assertion shows the check's reach)."""
+    rng = np.random.default_rng(3)
+    model, proc = build_tiny("qwen2_5_vl")
+    model.to(torch.bfloat16)
+    turns = TurnTokenizer(proc, model.config.model_type)
+    segs = [turns.start([user(rng, "Go" * (i + 1))]) for i in range(3)]  # three lengths: right padding in play
+    sampling = SamplingParams(temperature=0.2, top_p=1.0, max_new_tokens=6)
+    for seg, (ids, lps) in zip(segs, sample_segments(model, turns, segs, sampling, torch.Generator().manual_seed(0)),
+                               strict=True):
+        turns.add_policy(seg, ids, lps, turn=0)
+    inputs = turns.collate([(s, len(s)) for s in segs])
+    start = min(len(s.prompt_ids) for s in segs)
+    answer = torch.zeros(inputs["input_ids"].shape, dtype=torch.bool)
+    for b, s in enumerate(segs):
+        answer[b, len(s.prompt_ids):len(s)] = True
+    with torch.no_grad():
+        old = score_tokens(model, inputs, start, temperature=0.2).logp[answer]
+    model.train()
+    try:
+        new = score_tokens(model, inputs, start, temperature=0.2).logp[answer]
+    finally:
+        model.eval()
+    assert new.requires_grad and next(model.parameters()).dtype == torch.bfloat16
+    assert answer.sum() >= 9 and bool((old < -1e-3).all())  # real, unsaturated log-probs
+    assert torch.equal(new.detach(), old)
+    with torch.no_grad():
+        other = score_tokens(model, inputs, start, temperature=0.25).logp[answer]
+    assert not torch.allclose(other, old, atol=1e-3)
+
+
 def test_a_fresh_prompt_starts_a_new_segment():
     rng = np.random.default_rng(2)
     first = [user(rng, "a")]
