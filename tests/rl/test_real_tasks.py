@@ -15,6 +15,7 @@ from .letters import REPO
 def test_one_update_on_each_real_task(tmp_path, tiny_model_dir):
     from spatialrl.envs.tvr.bench import BenchConfig, make_bench
     from spatialrl.envs.virl.testdata import golden_routes, write_dataset
+    from spatialrl.io import read_jsonl
     from spatialrl.train.grpo import train as grpo
     from spatialrl.train.ppo import train as ppo
 
@@ -35,8 +36,13 @@ def test_one_update_on_each_real_task(tmp_path, tiny_model_dir):
             "model.path": str(tiny_model_dir), "output_dir": str(tmp_path / f"grpo-{mode}"), "updates": 1, "mode": mode,
             "checkpoint.every": 0, "task.data": str(bench), "task.split": split, "tasks_per_update": 2, "group_size": 2,
             "sampling.max_new_tokens": 8, "pose_anchored": mode == "multi", "single.prompts_per_update": 2,
-            "task.options": {"width": 112, "height": 112, "max_steps_single": 3, "max_steps_multi": 3}})
+            "task.options": {"width": 112, "height": 112, "max_steps_single": 3, "max_steps_multi": 3},
+            # an in-training eval of exactly N episodes (TVR lists `limit: None` among its defaults)
+            "eval.every": 1, "eval.task": "tvr", "eval.data": str(bench), "eval.split": "rl", "eval.episodes": 1,
+            "eval.options": {"width": 112, "height": 112, "max_steps_multi": 2, "max_steps_single": 2}})
         last = grpo(cfg)["last"]
+        evals = [r for r in read_jsonl(tmp_path / f"grpo-{mode}" / "metrics.jsonl") if "eval/overall/n" in r]
+        assert evals and all(r["eval/overall/n"] == 1 for r in evals)
         if mode == "multi":  # TVR's four shaped components, each logged
             assert {f"rewards/{c}/mean" for c in ("step", "format", "progress", "terminal")} <= set(last)
             assert 1 <= last["rollout/turns_mean"] <= 3

@@ -142,10 +142,11 @@ def closed_loop_eval(accelerator: Any, model: Any, processor: Any, cfg: SFTConfi
             options["data"] = cfg.eval.data
         if cfg.eval.split is not None:
             options["split"] = cfg.eval.split
-        options.update(cfg.eval.options)
         # The suite applies the limit per split (V-IRL, GP) or round-robin over categories (TVR): slicing
-        # the joined list would evaluate only the first split of `in-dist,rule-ood,visual-ood`.
-        options.setdefault("limit", cfg.eval.episodes)
+        # the joined list would evaluate only the first split of `in-dist,rule-ood,visual-ood`. (Suites
+        # list `limit: None` among their defaults, so only an explicit eval.options limit wins.)
+        options["limit"] = cfg.eval.episodes
+        options.update(cfg.eval.options)
         episodes = suite.episodes(options)
         unwrapped = accelerator.unwrap_model(model)
         was_training = unwrapped.training
