@@ -152,6 +152,17 @@ def test_peft_adapter_switch_clears_the_cache():
     assert not torch.allclose(on, off) and cache.hits == 0
 
 
+def test_off_where_transformers_cannot_take_precomputed_features(monkeypatch):
+    """transformers releases before ``mm_encoder_outputs`` (the H200 image had 5.17): no cache, pixels pass."""
+    model, inputs = _inputs("qwen2_5_vl")
+    assert VisionCache.supports(model)
+    monkeypatch.setattr(type(model), "forward", lambda self, input_ids=None, pixel_values=None, **kwargs: None)
+    assert not VisionCache.supports(model)
+    with torch.no_grad():
+        prepared = VisionCache(64).prepare(model, inputs)
+    assert "pixel_values" in prepared and "mm_encoder_outputs" not in prepared
+
+
 def test_families_without_a_qwen_vision_tower_pass_through():
     model, proc = build_tiny("mllama")
     assert not VisionCache.supports(model)

@@ -24,6 +24,8 @@ their graph).
 from __future__ import annotations
 
 import hashlib
+import inspect
+import sys
 from collections import OrderedDict
 from typing import Any
 
@@ -40,12 +42,24 @@ def _vision_tower(model: Any) -> torch.nn.Module | None:
     return None
 
 
-def _adapter_layers(tower: torch.nn.Module) -> list[Any]:
-    """PEFT adapter layers inside the tower (their switches change features without touching weights)."""
+def _accepts_encoder_outputs(model: Any) -> bool:
+    """Whether the model's forward takes ``mm_encoder_outputs`` (transformers >= 5.2x; older releases
+    always encode ``pixel_values``, and then the cache stays off)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner = getattr(inner, "module", inner)
     try:
-        from peft.tuners.tuners_utils import BaseTunerLayer
-    except ImportError:
+        return "mm_encoder_outputs" in inspect.signature(inner.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _adapter_layers(tower: torch.nn.Module) -> list[Any]:
+    """PEFT adapter layers inside the tower (their switches change features without touching weights).
+    A model with adapters was built by peft, so peft is imported already; otherwise there are none."""
+    if "peft" not in sys.modules:
         return []
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
     return [m for m in tower.modules() if isinstance(m, BaseTunerLayer)]
 
 
@@ -76,7 +90,9 @@ class VisionCache:
 
     @staticmethod
     def supports(model: Any) -> bool:
-        return getattr(model.config, "model_type", None) in SUPPORTED_FAMILIES and _vision_tower(model) is not None
+        """A Qwen-family model with a ``visual`` tower whose forward accepts precomputed features."""
+        return (getattr(model.config, "model_type", None) in SUPPORTED_FAMILIES and _vision_tower(model) is not None
+                and _accepts_encoder_outputs(model))
 
     # ------------------------------------------------------------------ validity
     def _check_weights(self, model: Any, tower: torch.nn.Module) -> None:
@@ -92,7 +108,7 @@ class VisionCache:
         """``inputs`` on ``device`` with ``pixel_values`` replaced by ``mm_encoder_outputs`` (cached or
         freshly encoded features); unchanged (only moved) when the model or inputs are not supported or
         the vision tower needs gradients."""
-        tower = _vision_tower(model) if getattr(model.config, "model_type", None) in SUPPORTED_FAMILIES else None
+        tower = _vision_tower(model) if self.supports(model) else None
         pixels, grid = inputs.get("pixel_values"), inputs.get("image_grid_thw")
         trainable = tower is not None and torch.is_grad_enabled() and any(p.requires_grad for p in tower.parameters())
         if tower is None or pixels is None or grid is None or trainable:
