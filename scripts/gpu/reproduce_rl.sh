@@ -13,7 +13,12 @@
 #
 #   source scripts/gpu/prelude.sh && OUT=$OUT bash scripts/gpu/reproduce_rl.sh   # H200, one 10-min command
 #   SMOKE=1 OUT=/tmp/smoke bash scripts/gpu/reproduce_rl.sh                     # CPU rehearsal (~6 min)
-# (carry runs/gpu-inputs: the pre-built TVR bench with its rl split)
+# Carry .gl .whl runs/gpu-carry. Prepared here once: the TVR bench with its rl split
+#   spatialrl tvr make-bench --out runs/gpu-inputs/tvr-bench --seed 0
+#   mkdir -p runs/gpu-carry && tar -cJf runs/gpu-carry/tvr-bench.tar.xz -C runs/gpu-inputs tvr-bench
+# (4 MB of JSON, 0.14 MB packed: the device tool carries 64 MiB beside the 50 MB of shipped weights),
+# unpacked there first: mkdir -p runs/gpu-inputs && tar -xJf runs/gpu-carry/tvr-bench.tar.xz -C runs/gpu-inputs
+# and a newer transformers for the vision cache (scripts/gpu/pack_transformers.sh 5.24.0).
 #
 # Knobs (environment): TRAIN_END_S (trainings stop by then, default 370), EVAL_END_S (final evals are
 # cut then, 560), VIRL_EVAL / TVR_EVAL (final-eval episodes per V-IRL split / in all, 32 / 120),
