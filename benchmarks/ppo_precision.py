@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 RANDOM_MODELS = ("llama11b-random", "mllama-small-random")  # built by rl_speed.build, passed prebuilt
 
 
-def measure(dtype: str, data: Path, work: Path, args: argparse.Namespace) -> dict[str, float]:
+def measure(dtype: str, shuffle: str, data: Path, work: Path, args: argparse.Namespace) -> dict[str, float]:
     import torch
 
     from spatialrl.io import read_jsonl
@@ -44,7 +44,8 @@ def measure(dtype: str, data: Path, work: Path, args: argparse.Namespace) -> dic
     from spatialrl.train.ppo import train
     from spatialrl.train.rl_config import PPOConfig
 
-    over = {"output_dir": str(work / dtype), "updates": 1, "num_envs": args.num_envs, "num_steps": args.num_steps,
+    run = work / f"{dtype}-{shuffle}"
+    over = {"output_dir": str(run), "updates": 1, "shuffle": shuffle, "num_envs": args.num_envs, "num_steps": args.num_steps,
             "ppo_epochs": 1, "minibatch_size": args.minibatch_size, "grad_accum": args.grad_accum, "optim.lr": 0.0,
             "model.path": args.model, "model.dtype": dtype, "model.gradient_checkpointing": args.gradient_checkpointing,
             "sampling.temperature": 0.2, "sampling.max_new_tokens": args.new_tokens,
@@ -67,8 +68,8 @@ def measure(dtype: str, data: Path, work: Path, args: argparse.Namespace) -> dic
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-    row = [r for r in read_jsonl(work / dtype / "metrics.jsonl") if "losses/approx_kl" in r][-1]
-    return {"dtype": dtype, "approx_kl": row["losses/approx_kl"], "clipfrac": row["losses/clipfrac"],
+    row = [r for r in read_jsonl(run / "metrics.jsonl") if "losses/approx_kl" in r][-1]
+    return {"dtype": dtype, "shuffle": shuffle, "approx_kl": row["losses/approx_kl"], "clipfrac": row["losses/clipfrac"],
             "ratio": row["losses/ratio"], "samples": row["charts/update_samples"]}
 
 
@@ -78,6 +79,8 @@ def main() -> None:
     ap.add_argument("--model", default="builtin:virl-sft")
     ap.add_argument("--num-envs", type=int, default=16)
     ap.add_argument("--num-steps", type=int, default=64)
+    ap.add_argument("--shuffle", nargs="+", default=["samples"], choices=["samples", "batches"],
+                    help="PPO epoch order: regrouped samples, or the scoring pass's batches kept whole")
     ap.add_argument("--minibatch-size", type=int, default=4, help="samples per forward (scoring and training)")
     ap.add_argument("--grad-accum", type=int, default=1)
     ap.add_argument("--new-tokens", type=int, default=96)
@@ -94,12 +97,12 @@ def main() -> None:
     host = torch.cuda.get_device_name(0) if torch.cuda.is_available() else machine()
     work = Path(tempfile.mkdtemp(prefix="ppo-precision-"))
     data = write_dataset(work / "city", random_routes(16, seed=0), pano_size=(512, 256))
-    rows = [measure(d, data, work, args) for d in args.dtypes]
+    rows = [measure(d, sh, data, work, args) for d in args.dtypes for sh in args.shuffle]
     print(f"\nPPO ratios at lr 0 ({args.model}, V-IRL VL {args.grid_size}², T 0.2, {args.num_steps} steps, "
           f"micro-batch {args.minibatch_size}) on {host}")
-    print(f"{'dtype':<10} {'approx_kl':>10} {'clipfrac':>9} {'ratio':>8}")
+    print(f"{'dtype':<10} {'shuffle':<8} {'approx_kl':>10} {'clipfrac':>9} {'ratio':>8}")
     for r in rows:
-        print(f"{r['dtype']:<10} {r['approx_kl']:>10.4f} {r['clipfrac']:>9.3f} {r['ratio']:>8.3f}")
+        print(f"{r['dtype']:<10} {r['shuffle']:<8} {r['approx_kl']:>10.4f} {r['clipfrac']:>9.3f} {r['ratio']:>8.3f}")
     slug = "".join(c if c.isalnum() else "-" for c in host.lower()).strip("-")[:40]
     out = Path(args.out or HERE / "results" / f"ppo_precision-{slug}.json")
     atomic_write_json(out, {"benchmark": "ppo_precision", "machine": host, "git_commit": git_commit(),

@@ -67,3 +67,23 @@ def test_minibatch_size_and_accumulation_are_interchangeable(tmp_path, tiny_mode
         train(cfg)
         weights.append(load_file(str(tmp_path / f"m{minibatch}/run/final/model.safetensors")))
     assert all(torch.allclose(weights[0][k], weights[1][k], atol=1e-6) for k in weights[0])
+
+
+def test_batch_shuffle_keeps_the_scoring_batches():
+    """``shuffle: batches`` trains on exactly the scoring pass's micro-batches (shapes and padding
+    included), in a new order each epoch; ``samples`` regroups the steps."""
+    import pytest
+
+    from spatialrl.train.config import ConfigError
+    from spatialrl.train.ppo import epoch_micro_batches
+
+    scoring = [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    rng = np.random.default_rng(0)
+    epochs = [epoch_micro_batches(10, 3, "batches", rng) for _ in range(3)]
+    for micro in epochs:
+        assert sorted(micro) == scoring
+    assert len({tuple(map(tuple, m)) for m in epochs}) > 1  # the order changes between epochs
+    regrouped = epoch_micro_batches(10, 3, "samples", np.random.default_rng(0))
+    assert sorted(i for b in regrouped for i in b) == list(range(10)) and sorted(regrouped) != scoring
+    with pytest.raises(ConfigError, match="shuffle"):
+        PPOConfig(shuffle="steps")

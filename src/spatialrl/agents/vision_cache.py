@@ -94,6 +94,12 @@ class VisionCache:
         return (getattr(model.config, "model_type", None) in SUPPORTED_FAMILIES and _vision_tower(model) is not None
                 and _accepts_encoder_outputs(model))
 
+    @staticmethod
+    def tower_trainable(model: Any) -> bool:
+        """Whether any vision-tower parameter takes gradients (then training forwards bypass the cache)."""
+        tower = _vision_tower(model)
+        return tower is not None and any(p.requires_grad for p in tower.parameters())
+
     # ------------------------------------------------------------------ validity
     def _check_weights(self, model: Any, tower: torch.nn.Module) -> None:
         params = tuple((p.data_ptr(), p._version) for p in tower.parameters())

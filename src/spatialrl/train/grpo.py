@@ -67,6 +67,7 @@ from spatialrl.train.rl_common import (
     reward_component_metrics,
     rollout_generator,
     rollout_vision_cache,
+    scoring_vision,
     start_run,
     task_episodes,
     vision_cache_metrics,
@@ -241,13 +242,13 @@ def batch_tensors(turns: TurnTokenizer, seqs: list[Sequence], device: Any, visio
 
 @torch.no_grad()
 def fill_logprobs(model: Any, turns: TurnTokenizer, seqs: list[Sequence], micro: int, temperature: float,
-                  attr: str, accelerator: Any, vision_cache: Any = None) -> None:
+                  attr: str, accelerator: Any, vision: tuple[Any, Any] | None = None) -> None:
     """Teacher-forced log-probs of every sequence under ``model`` into ``seq.<attr>`` (old or ref);
-    ``vision_cache`` (the rollout's, valid for ``model`` only) supplies image features."""
+    ``vision`` = ``(cache, model)`` (the rollout's cache, valid for that model only) supplies image features."""
     for lo in range(0, len(seqs), micro):
         chunk = seqs[lo:lo + micro]
         with accelerator.autocast():
-            inputs, start, _ = batch_tensors(turns, chunk, accelerator.device, (vision_cache, model))
+            inputs, start, _ = batch_tensors(turns, chunk, accelerator.device, vision)
             logp = score_tokens(model, inputs, start, temperature).logp
         for b, s in enumerate(chunk):
             setattr(s, attr, logp[b, :len(s.segment)].float().cpu())
@@ -370,7 +371,8 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
         # 3. old-policy and reference log-probs
         micro = cfg.micro_batch_size
         scored = seqs if seqs else filler
-        fill_logprobs(unwrapped, turns, scored, micro, sampling.temperature, "old_logp", accelerator, vision_cache)
+        pass_vision = scoring_vision(vision_cache, model, unwrapped)  # the same for old log-probs and training
+        fill_logprobs(unwrapped, turns, scored, micro, sampling.temperature, "old_logp", accelerator, pass_vision)
         if cfg.kl_coef > 0:
             if reference is not None:
                 fill_logprobs(reference, turns, scored, micro, sampling.temperature, "ref_logp", accelerator)
@@ -379,9 +381,6 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
                     fill_logprobs(unwrapped, turns, scored, micro, sampling.temperature, "ref_logp", accelerator)
 
         # 4. policy update: epochs × mini-batches, each an exact reduction over its micro-batches
-        # (cached image features in the training forward only without a DDP/DeepSpeed wrapper, whose
-        # input scattering is not known to carry transformers' encoder-output objects)
-        train_vision = (vision_cache, unwrapped) if model is unwrapped else None
         model.train()
         sums = dict.fromkeys(("policy_loss", "kl", "entropy", "clipfrac", "approx_kl", "ratio", "tokens"), 0.0)
         grad_norms: list[float] = []
@@ -397,7 +396,7 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
                 for batch in plan:
                     chunk = [mine[i] for i in batch.indices] if batch.indices else filler
                     with accelerator.autocast():  # the rollout's autocast state: the cache's features match
-                        inputs, start, tens = batch_tensors(turns, chunk, accelerator.device, train_vision)
+                        inputs, start, tens = batch_tensors(turns, chunk, accelerator.device, pass_vision)
                     width = inputs["input_ids"].shape[1]
                     old = padded([s.old_logp for s in chunk], width, accelerator.device)
                     ref = padded([s.ref_logp for s in chunk], width, accelerator.device) if cfg.kl_coef > 0 else None

@@ -74,6 +74,7 @@ from spatialrl.train.rl_common import (
     reward_component_metrics,
     rollout_generator,
     rollout_vision_cache,
+    scoring_vision,
     start_run,
     stats,
     task_episodes,
@@ -142,6 +143,16 @@ def evaluate(model: Any, head: Any, turns: TurnTokenizer, samples: list[Sample],
     if sc.entropy is not None:
         entropy = losses.masked_mean(sc.entropy, weights > 0, dim=-1)
     return logp, sc.hidden.float(), entropy
+
+
+def epoch_micro_batches(n: int, size: int, shuffle: str, rng: np.random.Generator) -> list[list[int]]:
+    """One epoch's micro-batches of sample indices. ``samples``: a fresh permutation cut into batches;
+    ``batches``: the scoring pass's batches (``[0, size)``, ``[size, 2·size)``, ...) in shuffled order."""
+    if shuffle == "batches":
+        scoring = [list(range(lo, min(lo + size, n))) for lo in range(0, n, size)]
+        return [scoring[i] for i in rng.permutation(len(scoring)).tolist()]
+    order = rng.permutation(n).tolist()
+    return [order[i:i + size] for i in range(0, n, size)]
 
 
 # ------------------------------------------------------------------------------------------ train
@@ -275,11 +286,12 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
         # 2. score every step (old log-probs, values) and the bootstrap values of the next states
         samples = [[make_sample(s, tokenizer, cfg) for s in row] for row in storage]
         flat = [x for row in samples for x in row]
+        pass_vision = scoring_vision(vision_cache, model, unwrapped)  # the same for scoring and training
         with torch.no_grad(), accelerator.autocast():
             for lo in range(0, len(flat), cfg.minibatch_size):
                 chunk = flat[lo:lo + cfg.minibatch_size]
                 logp, value, _ = evaluate(unwrapped, value_head, turns, chunk, sampling.temperature, False,
-                                          accelerator.device, vision=(vision_cache, unwrapped))
+                                          accelerator.device, vision=pass_vision)
                 for s, lp, v in zip(chunk, logp.tolist(), value.tolist(), strict=True):
                     s.old_logp, s.value = lp, v
             next_value = torch.zeros(cfg.num_envs)
@@ -315,8 +327,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
         grad_norms: list[float] = []
         order_rng = np.random.default_rng([cfg.seed, rank, update])
         for _epoch in range(cfg.ppo_epochs):
-            order = order_rng.permutation(len(flat)).tolist()
-            micro = [order[i:i + cfg.minibatch_size] for i in range(0, len(order), cfg.minibatch_size)]
+            micro = epoch_micro_batches(len(flat), cfg.minibatch_size, cfg.shuffle, order_rng)
             for lo in range(0, len(micro), cfg.grad_accum):
                 group = micro[lo:lo + cfg.grad_accum]
                 begin_accumulation(accelerator, len(group))
@@ -329,7 +340,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
                     with accelerator.accumulate(model), accelerator.autocast():
                         logp, value, entropy = evaluate(model, value_head, turns, chunk, sampling.temperature, True,
                                                         accelerator.device, entropy_grad=cfg.entropy_coef > 0,
-                                                        vision=(vision_cache, unwrapped) if model is unwrapped else None)
+                                                        vision=pass_vision)
                         pg, st = losses.clipped_policy_loss(logp, old_logp, adv, cfg.clip, cfg.ratio_guard)
                         action_loss = pg.mean()
                         value_loss = losses.clipped_value_loss(value, old_value, ret, cfg.value_clip).mean()

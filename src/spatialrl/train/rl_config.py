@@ -82,6 +82,12 @@ class PPOConfig:
     ppo_epochs: int = field(default=4, metadata=_help("Passes over the collected steps per update (4)."))
     minibatch_size: int = field(default=1, metadata=_help("Steps per forward pass (reference: 1)."))
     grad_accum: int = field(default=128, metadata=_help("Forward passes per optimiser step (SFTvsRL: 128)."))
+    shuffle: str = field(
+        default="samples",
+        metadata=_help("Epoch order: 'samples' (shuffle steps into new micro-batches) or 'batches' (keep the "
+                       "scoring pass's micro-batches whole, shuffle their order: each training forward then has "
+                       "the exact shapes that fixed π_old; bf16 on a GPU changes numerics with batch shape)."),
+    )
     clip: float = field(default=0.1, metadata=_help("PPO ratio clip ε (SFTvsRL clip_param 0.1)."))
     value_clip: float = field(default=0.1, metadata=_help("Clip of the value change in the clipped value loss (0.1)."))
     value_coef: float = field(default=0.5, metadata=_help("Weight of the value loss (value_loss_coef 0.5)."))
@@ -126,6 +132,8 @@ class PPOConfig:
         _positive(self, "updates", "num_envs", "num_steps", "ppo_epochs", "minibatch_size", "grad_accum")
         if self.num_steps % self.num_envs:
             raise ConfigError(f"num_steps ({self.num_steps}) must be a multiple of num_envs ({self.num_envs})")
+        if self.shuffle not in ("samples", "batches"):
+            raise ConfigError(f"shuffle: expected 'samples' or 'batches', got {self.shuffle!r}")
         if self.sampling.temperature <= 0:
             raise ConfigError("sampling.temperature: PPO samples and scores with logits / temperature; must be > 0")
         if len(self.value_head_widths) != 2:
