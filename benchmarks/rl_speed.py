@@ -65,6 +65,7 @@ def common_overrides(args: argparse.Namespace, data: Path, out: Path, offload: b
         "output_dir": str(out), "updates": args.updates, "checkpoint.every": 0, "logging.report_to": "none",
         "model.path": "prebuilt", "model.dtype": "bfloat16" if args.device != "cpu" else "float32",
         "model.gradient_checkpointing": args.gradient_checkpointing, "optimizer_offload": offload,
+        "model.freeze_vision": args.freeze_vision,
         "offload_master_weights": not args.no_master,
         "sampling.max_new_tokens": args.new_tokens, "sampling.top_p": 1.0,
         "task.name": "virl", "task.data": str(data), "task.max_tokens": 32768,
@@ -136,6 +137,8 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--grid-size", type=int, default=2405)
     ap.add_argument("--gradient-checkpointing", action="store_true")
+    ap.add_argument("--freeze-vision", action="store_true",
+                    help="train without the vision tower (TVRBench froze it): no vision backward in the epochs")
     ap.add_argument("--no-master", action="store_true",
                     help="with --offload cpu: no fp32 master copy on the host (offload_master_weights=false)")
     ap.add_argument("--out", default=None, help="result JSON (default benchmarks/results/rl_speed-<model>-<machine>.json)")
