@@ -9,14 +9,14 @@ import torch
 
 from spatialrl.agents.base import SamplingParams
 from spatialrl.agents.hf import HFPolicy
-from spatialrl.agents.vision_cache import SUPPORTED_FAMILIES, VisionCache, _vision_tower
+from spatialrl.agents.vision_cache import QWEN_FAMILIES, VisionCache, _towers
 from spatialrl.models.tiny import BUILDERS, build_tiny
 from spatialrl.rollout.trajectory import TurnTokenizer
 from spatialrl.train.policy_ops import sample_segments
 
 from .test_hf import conversations
 
-QWEN = [f for f in BUILDERS if f in SUPPORTED_FAMILIES]
+QWEN = [f for f in BUILDERS if f in QWEN_FAMILIES]
 
 
 def _user(rng: np.random.Generator, text: str) -> dict:
@@ -102,7 +102,7 @@ def test_weight_change_clears_the_cache():
     assert torch.equal(first, _features(model, inputs))
     assert cache.misses == len(inputs["image_grid_thw"]) == 4  # two segments of two distinct images
     with torch.no_grad():
-        next(_vision_tower(model).parameters()).mul_(1.5)
+        next(_towers(model)[0].parameters()).mul_(1.5)
     again = _cached(cache, model, inputs)
     assert not torch.allclose(again, first)
     assert torch.equal(again, _features(model, inputs))
@@ -163,8 +163,36 @@ def test_off_where_transformers_cannot_take_precomputed_features(monkeypatch):
     assert "pixel_values" in prepared and "mm_encoder_outputs" not in prepared
 
 
-def test_families_without_a_qwen_vision_tower_pass_through():
+def test_mllama_scoring_equals_uncached():
+    """Llama-3.2-Vision: teacher-forced log-probs with cached ``cross_attention_states`` equal the
+    pixel path's, on a batch whose samples hold two, one and no images (empty slots are zeros the
+    cross-attention mask removes); the second pass encodes nothing."""
+    from spatialrl.train.policy_ops import collate_inputs, score_tokens
+
     model, proc = build_tiny("mllama")
+    model.eval()
+    assert all(float(p) == 1.0 for n, p in model.named_parameters() if n.endswith("_gate"))  # images matter
+    assert VisionCache.supports(model) and not VisionCache.supports(model, generate=True)
+    assert HFPolicy(model, proc, device="cpu").vision_cache is None  # generate keeps the pixel path
+    turns = TurnTokenizer(proc, model.config.model_type)
+    rng = np.random.default_rng(3)
+    answer = {"role": "assistant", "content": [{"type": "text", "text": "left"}]}
+    convs = [[_user(rng, "Go"), answer, _user(rng, "Again")], [_user(rng, "Go on")],
+             [{"role": "user", "content": [{"type": "text", "text": "No image here"}]}]]
+    views = [(s, len(s)) for s in (turns.start(c) for c in convs)]
+    start = min(n for _, n in views) - 1
+    cache = VisionCache(64)
+    with torch.no_grad():
+        plain = score_tokens(model, collate_inputs(turns, views, "right", "cpu"), start).logp
+        for _ in range(2):
+            inputs = collate_inputs(turns, views, "right", "cpu", cache, model)
+            assert "pixel_values" not in inputs and "cross_attention_states" in inputs
+            assert torch.equal(score_tokens(model, inputs, start).logp, plain)
+    assert (cache.misses, cache.hits) == (4, 8)  # 3 images + the empty slot; 3 samples × 2 slots, twice
+
+
+def test_families_without_a_supported_vision_tower_pass_through():
+    model, proc = build_tiny("idefics3")
     assert not VisionCache.supports(model)
     assert HFPolicy(model, proc, device="cpu").vision_cache is None
     with pytest.raises(ValueError, match="> 0 MB"):

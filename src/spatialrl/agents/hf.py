@@ -29,6 +29,7 @@ from transformers import BatchFeature, GenerationConfig, LogitsProcessor, Logits
 from spatialrl.agents.base import Conversation, Generation, SamplingParams
 from spatialrl.agents.vision_cache import VisionCache
 from spatialrl.errors import DataError
+from spatialrl.models.mllama_mask import mask_cross_attention_rows
 
 QWEN_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 # Families whose processors take one image list per sample (Qwen takes one flat list for the batch).
@@ -122,6 +123,7 @@ class HFPolicy:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        mask_cross_attention_rows(self.model)  # Mllama: transformers' cross-attention row-mask bug
         self.processor = processor
         self.tokenizer = processor.tokenizer
         self.tokenizer.padding_side = "left"
@@ -152,7 +154,8 @@ class HFPolicy:
         cfg = model.config
         placeholders = {getattr(cfg, k, None) for k in ("image_token_id", "video_token_id", "image_token_index")}
         self.banned_token_ids = sorted(t for t in placeholders if isinstance(t, int) and t not in self.eos_token_ids)
-        self.vision_cache = VisionCache(vision_cache_mb) if vision_cache_mb and VisionCache.supports(self.model) else None
+        use_cache = vision_cache_mb and VisionCache.supports(self.model, generate=True)
+        self.vision_cache = VisionCache(vision_cache_mb) if use_cache else None
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "requests": 0, "oom_splits": 0,
                       "vision_cache_hits": 0, "vision_cache_misses": 0}
 
@@ -256,7 +259,7 @@ class HFPolicy:
         if self.vision_cache is None:
             return dict(BatchFeature(batch).to(self.device))
         before = self.vision_cache.hits, self.vision_cache.misses
-        out = self.vision_cache.prepare(self.model, batch, self.device)
+        out = self.vision_cache.prepare(self.model, batch, self.device, generate=True)
         self.usage["vision_cache_hits"] += self.vision_cache.hits - before[0]
         self.usage["vision_cache_misses"] += self.vision_cache.misses - before[1]
         return out

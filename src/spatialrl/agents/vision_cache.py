@@ -1,24 +1,31 @@
-"""Per-image vision-encoder cache for multi-turn rollouts of Qwen-family VLMs.
+"""Per-image vision-encoder cache for multi-turn rollouts and repeated scoring passes.
 
 Why: a multi-turn agent re-reads its whole conversation every turn, so without a cache every earlier
 frame goes through the vision tower again — TVR's view-all memory (VA) re-encoded 1,636 images to
-play 4 episodes of ~20 turns where 144 were distinct (``benchmarks/tvr_memory_cost.py``). The vision
-tower of Qwen2/2.5/3-VL encodes each image independently (attention is limited to one image's
-patches), so its output for an image depends only on that image's patches, its grid and the weights:
-those features can be kept and handed to the model through transformers' ``mm_encoder_outputs``
-argument (``forward`` and ``generate`` both take it) instead of ``pixel_values``.
+play 4 episodes of ~20 turns where 144 were distinct (``benchmarks/tvr_memory_cost.py``). And PPO
+scores every sample once, then trains on it for several epochs: with a frozen tower the image
+features are the same every time.
 
-Keys: SHA-256 of the image's processed patches (on the CPU, before they go to the device, so cached
-images are never transferred) + its ``(t, h, w)`` grid + the autocast state. Entries live on the model's
-device, evicted least-recently-used beyond ``max_mb``.
+Both supported families encode each image independently (attention stays inside one image), so an
+image's features depend only on its pixels, its layout and the weights:
 
-When the weights change the features go stale. The cache clears itself when the vision tower's
-parameters change identity or in-place version (``Tensor._version``, bumped by optimizer steps that
-go through autograd-visible in-place ops) or a PEFT adapter on it is switched; writes through
-``.data`` or fused optimizer kernels may not bump versions, so trainers use one fresh cache per rollout
-phase (weights are fixed inside one) and callers that change weights otherwise call :meth:`clear`.
-While gradients are enabled and the tower is trainable the cache is bypassed (features must carry
-their graph).
+* Qwen2/2.5/3-VL: features per image from ``get_image_features``, handed back through transformers'
+  ``mm_encoder_outputs`` argument (``forward`` and ``generate``; transformers >= 5.2x — older releases
+  lack it, and the cache stays off);
+* Mllama (Llama-3.2-Vision): the projected ``cross_attention_states`` of each image slot (tiles ×
+  patches × hidden; an empty slot is one cached zero image), assembled per sample, for plain forward
+  passes only (``generate`` keeps its own cross-attention cache).
+
+Keys: SHA-256 of the image's processed pixels (on the CPU, before they go to the device, so cached
+images are never transferred) + its layout (Qwen grid; Mllama aspect ratio and tile mask) + the
+autocast state. Entries live on the model's device, evicted least-recently-used beyond ``max_mb``.
+
+When the weights change the features go stale. The cache clears itself when the vision parameters
+change identity or in-place version (``Tensor._version``, bumped by optimizer steps that go through
+autograd-visible in-place ops) or a PEFT adapter on them is switched; writes through ``.data`` or fused
+optimizer kernels may not bump versions, so trainers use one fresh cache per rollout phase (weights
+are fixed inside one) and callers that change weights otherwise call :meth:`clear`. While gradients
+are enabled and the tower is trainable the cache is bypassed (features must carry their graph).
 """
 
 from __future__ import annotations
@@ -31,40 +38,50 @@ from typing import Any
 
 import torch
 
-SUPPORTED_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+QWEN_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+SUPPORTED_FAMILIES = (*QWEN_FAMILIES, "mllama")
+_TOWER_NAMES = {"visual", "vision_model", "multi_modal_projector"}  # modules whose weights make the features
 
 
-def _vision_tower(model: Any) -> torch.nn.Module | None:
-    """The ``visual`` submodule of a (possibly PEFT- or DDP-wrapped) Qwen-VL model."""
-    for name, module in model.named_modules():
-        if name.rsplit(".", 1)[-1] == "visual":
-            return module
-    return None
+def _family(model: Any) -> str | None:
+    return getattr(getattr(model, "config", None), "model_type", None)
 
 
-def _accepts_encoder_outputs(model: Any) -> bool:
-    """Whether the model's forward takes ``mm_encoder_outputs`` (transformers >= 5.2x; older releases
-    always encode ``pixel_values``, and then the cache stays off)."""
+def _towers(model: Any) -> list[torch.nn.Module]:
+    """The vision modules (Qwen ``visual``; Mllama ``vision_model`` + ``multi_modal_projector``) of a
+    possibly PEFT- or DDP-wrapped model."""
+    return [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] in _TOWER_NAMES]
+
+
+def _unwrapped(model: Any) -> Any:
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    inner = getattr(inner, "module", inner)
+    return getattr(inner, "module", inner)
+
+
+def _accepts(model: Any, argument: str) -> bool:
+    """Whether the model's forward takes ``argument`` (precomputed vision features)."""
     try:
-        return "mm_encoder_outputs" in inspect.signature(inner.forward).parameters
+        return argument in inspect.signature(_unwrapped(model).forward).parameters
     except (TypeError, ValueError):
         return False
 
 
-def _adapter_layers(tower: torch.nn.Module) -> list[Any]:
-    """PEFT adapter layers inside the tower (their switches change features without touching weights).
+def _adapter_layers(towers: list[torch.nn.Module]) -> list[Any]:
+    """PEFT adapter layers inside the towers (their switches change features without touching weights).
     A model with adapters was built by peft, so peft is imported already; otherwise there are none."""
     if "peft" not in sys.modules:
         return []
     from peft.tuners.tuners_utils import BaseTunerLayer
 
-    return [m for m in tower.modules() if isinstance(m, BaseTunerLayer)]
+    return [m for t in towers for m in t.modules() if isinstance(m, BaseTunerLayer)]
+
+
+def _moved(inputs: dict[str, Any], device: Any) -> dict[str, Any]:
+    return {k: (v.to(device) if device is not None and isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
 
 
 class VisionCache:
-    """LRU cache of per-image vision features; :meth:`prepare` swaps ``pixel_values`` for them."""
+    """LRU cache of per-image vision features; :meth:`prepare` swaps the pixels for them."""
 
     def __init__(self, max_mb: float = 1024):
         if max_mb <= 0:
@@ -89,63 +106,84 @@ class VisionCache:
         self._bytes = 0
 
     @staticmethod
-    def supports(model: Any) -> bool:
-        """A Qwen-family model with a ``visual`` tower whose forward accepts precomputed features."""
-        return (getattr(model.config, "model_type", None) in SUPPORTED_FAMILIES and _vision_tower(model) is not None
-                and _accepts_encoder_outputs(model))
+    def supports(model: Any, generate: bool = False) -> bool:
+        """Whether ``prepare`` can serve this model (for ``generate`` calls: Qwen families only)."""
+        family = _family(model)
+        if family in QWEN_FAMILIES:
+            return _accepts(model, "mm_encoder_outputs") and bool(_towers(model))
+        if family == "mllama" and not generate:
+            return _accepts(model, "cross_attention_states") and bool(_towers(model))
+        return False
 
     @staticmethod
     def tower_trainable(model: Any) -> bool:
-        """Whether any vision-tower parameter takes gradients (then training forwards bypass the cache)."""
-        tower = _vision_tower(model)
-        return tower is not None and any(p.requires_grad for p in tower.parameters())
+        """Whether any vision parameter takes gradients (then training forwards bypass the cache)."""
+        return any(p.requires_grad for t in _towers(model) for p in t.parameters())
 
     # ------------------------------------------------------------------ validity
-    def _check_weights(self, model: Any, tower: torch.nn.Module) -> None:
-        params = tuple((p.data_ptr(), p._version) for p in tower.parameters())
-        adapters = tuple((bool(m.disable_adapters), tuple(m.active_adapters)) for m in _adapter_layers(tower))
+    def _check_weights(self, model: Any, towers: list[torch.nn.Module]) -> None:
+        params = tuple((p.data_ptr(), p._version) for t in towers for p in t.parameters())
+        adapters = tuple((bool(m.disable_adapters), tuple(m.active_adapters)) for m in _adapter_layers(towers))
         signature = (id(model), params, adapters)
         if signature != self._signature:
             self.clear()
             self._signature = signature
 
     # ------------------------------------------------------------------ main entry
-    def prepare(self, model: Any, inputs: dict[str, torch.Tensor], device: torch.device | str | None = None) -> dict[str, Any]:
-        """``inputs`` on ``device`` with ``pixel_values`` replaced by ``mm_encoder_outputs`` (cached or
-        freshly encoded features); unchanged (only moved) when the model or inputs are not supported or
-        the vision tower needs gradients."""
-        tower = _vision_tower(model) if self.supports(model) else None
-        pixels, grid = inputs.get("pixel_values"), inputs.get("image_grid_thw")
-        trainable = tower is not None and torch.is_grad_enabled() and any(p.requires_grad for p in tower.parameters())
-        if tower is None or pixels is None or grid is None or trainable:
-            return {k: (v.to(device) if device is not None and isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
-        self._check_weights(model, tower)
-        device = torch.device(device) if device is not None else pixels.device
-        sizes = grid.prod(-1).tolist()
-        chunks = torch.split(pixels, sizes)
-        context = (str(pixels.dtype), self._autocast_state(device))
-        keys = [self._key(chunk, row, context) for chunk, row in zip(chunks, grid.tolist(), strict=True)]
+    def prepare(self, model: Any, inputs: dict[str, torch.Tensor], device: torch.device | str | None = None,
+                generate: bool = False) -> dict[str, Any]:
+        """``inputs`` on ``device`` with the pixels replaced by cached or freshly encoded features
+        (Qwen: ``mm_encoder_outputs``; Mllama: ``cross_attention_states``); only moved when the model,
+        the call (``generate``) or the inputs are not supported or the vision tower needs gradients."""
+        family = _family(model)
+        if inputs.get("pixel_values") is None or not self.supports(model, generate):
+            return _moved(inputs, device)
+        towers = _towers(model)
+        if torch.is_grad_enabled() and any(p.requires_grad for t in towers for p in t.parameters()):
+            return _moved(inputs, device)
+        self._check_weights(model, towers)
+        device = torch.device(device) if device is not None else inputs["pixel_values"].device
+        if family == "mllama":
+            return self._prepare_mllama(model, inputs, device)
+        return self._prepare_qwen(model, inputs, device)
 
+    def _lookup(self, keys: list[tuple], encode) -> list[dict[str, Any]]:
+        """Entries for ``keys`` (in order), encoding the missing ones once each: ``encode(first_index
+        of each missing key) -> list of entries``."""
         missing = list(dict.fromkeys(k for k in keys if k not in self._entries))  # G copies share images
         if missing:
             first = {k: i for i, k in reversed(list(enumerate(keys)))}
-            idx = [first[k] for k in missing]
-            encoded = model.get_image_features(torch.cat([chunks[i] for i in idx]).to(device),
-                                               grid[idx].to(device), return_dict=True)
-            self._output_cls = type(encoded)
-            deep = getattr(encoded, "deepstack_features", None)
-            for j, key in enumerate(missing):
-                entry = {"pooler_output": encoded.pooler_output[j].detach()}
-                if deep is not None:
-                    entry["deepstack_features"] = [layer[j].detach() for layer in deep]
+            for key, entry in zip(missing, encode([first[k] for k in missing]), strict=True):
                 self._store(key, entry)
         self.misses += len(missing)
         self.hits += len(keys) - len(missing)
-
         entries = []
         for key in keys:
             self._entries.move_to_end(key)
             entries.append(self._entries[key])
+        self._evict(keep=set(keys))
+        return entries
+
+    def _prepare_qwen(self, model: Any, inputs: dict[str, torch.Tensor], device: torch.device) -> dict[str, Any]:
+        pixels, grid = inputs["pixel_values"], inputs["image_grid_thw"]
+        chunks = torch.split(pixels, grid.prod(-1).tolist())
+        context = (str(pixels.dtype), self._autocast_state(device))
+        keys = [self._key(chunk, row, context) for chunk, row in zip(chunks, grid.tolist(), strict=True)]
+
+        def encode(idx: list[int]) -> list[dict[str, Any]]:
+            encoded = model.get_image_features(torch.cat([chunks[i] for i in idx]).to(device), grid[idx].to(device),
+                                               return_dict=True)
+            self._output_cls = type(encoded)
+            deep = getattr(encoded, "deepstack_features", None)
+            out = []
+            for j in range(len(idx)):
+                entry = {"pooler_output": encoded.pooler_output[j].detach()}
+                if deep is not None:
+                    entry["deepstack_features"] = [layer[j].detach() for layer in deep]
+                out.append(entry)
+            return out
+
+        entries = self._lookup(keys, encode)
         fields: dict[str, Any] = {"pooler_output": tuple(e["pooler_output"] for e in entries)}
         if "deepstack_features" in entries[0]:
             layers = len(entries[0]["deepstack_features"])
@@ -153,7 +191,35 @@ class VisionCache:
         assert self._output_cls is not None
         out = {k: v.to(device) for k, v in inputs.items() if k != "pixel_values" and isinstance(v, torch.Tensor)}
         out["mm_encoder_outputs"] = {"image": self._output_cls(**fields)}
-        self._evict(keep=set(keys))
+        return out
+
+    def _prepare_mllama(self, model: Any, inputs: dict[str, torch.Tensor], device: torch.device) -> dict[str, Any]:
+        pixels, ratio_ids, ratio_mask = inputs["pixel_values"], inputs["aspect_ratio_ids"], inputs["aspect_ratio_mask"]
+        batch, slots, tiles = ratio_mask.shape
+        # Every slot, empty ones (zero pixels) included: HF's cross-attention lets a text row that sees no
+        # image attend to all slots' states (only its MLP output is masked), so their values matter.
+        real = [(b, i) for b in range(batch) for i in range(slots)]
+        context = (str(pixels.dtype), self._autocast_state(device))
+        keys = [self._key(pixels[b, i], [int(ratio_ids[b, i]), *ratio_mask[b, i].tolist()], context) for b, i in real]
+        inner = _unwrapped(model)
+        inner = getattr(inner, "model", inner)
+
+        def encode(idx: list[int]) -> list[dict[str, Any]]:
+            pos = [real[j] for j in idx]
+            vision = inner.vision_model(
+                pixel_values=torch.stack([pixels[b, i] for b, i in pos])[:, None].to(device),
+                aspect_ratio_ids=torch.stack([ratio_ids[b, i] for b, i in pos])[:, None].to(device),
+                aspect_ratio_mask=torch.stack([ratio_mask[b, i] for b, i in pos])[:, None].to(device),
+            ).last_hidden_state
+            states = inner.multi_modal_projector(vision)  # (n, 1, tiles, patches, hidden)
+            return [{"states": states[j, 0].detach()} for j in range(len(pos))]
+
+        entries = self._lookup(keys, encode)
+        states = torch.stack([e["states"] for e in entries]).view(batch, slots, *entries[0]["states"].shape)
+        patches, hidden = states.shape[-2:]
+        out = {k: v.to(device) for k, v in inputs.items()
+               if k not in ("pixel_values", "aspect_ratio_ids", "aspect_ratio_mask") and isinstance(v, torch.Tensor)}
+        out["cross_attention_states"] = states.reshape(-1, patches, hidden)  # the layout MllamaModel builds
         return out
 
     # ------------------------------------------------------------------ helpers
@@ -165,19 +231,18 @@ class VisionCache:
         return ()
 
     @staticmethod
-    def _key(chunk: torch.Tensor, grid_row: list[int], context: tuple) -> tuple:
-        data = chunk.detach()
+    def _key(pixels: torch.Tensor, layout: list[int], context: tuple) -> tuple:
+        data = pixels.detach()
         if data.device.type != "cpu":
             data = data.cpu()
         digest = hashlib.sha256(data.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
-        return (digest, tuple(grid_row), context)
+        return (digest, tuple(layout), context)
 
     def _store(self, key: tuple, entry: dict[str, Any]) -> None:
-        size = entry["pooler_output"].numel() * entry["pooler_output"].element_size()
-        size += sum(t.numel() * t.element_size() for t in entry.get("deepstack_features", []))
-        entry["bytes"] = size
+        tensors = [v for v in entry.values() if isinstance(v, torch.Tensor)] + entry.get("deepstack_features", [])
+        entry["bytes"] = sum(t.numel() * t.element_size() for t in tensors)
         self._entries[key] = entry
-        self._bytes += size
+        self._bytes += entry["bytes"]
 
     def _evict(self, keep: set[tuple]) -> None:
         """Drop least-recently-used entries beyond ``max_bytes`` (never the ones this call returned)."""

@@ -180,7 +180,14 @@ def build_mllama():
                            attention_heads=2, image_size=28, patch_size=14, max_num_tiles=4,
                            intermediate_layers_indices=layers, vision_output_dim=32 * (len(layers) + 1)),
         image_token_index=ids["<|image|>"])
-    return T.MllamaForConditionalGeneration(cfg), proc
+    model = T.MllamaForConditionalGeneration(cfg)
+    # Mllama initialises its cross-attention gates at 0, so images would not reach the logits at all and
+    # no test could see an image-handling bug; trained checkpoints have them open.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("cross_attn_attn_gate", "cross_attn_mlp_gate")):
+                p.fill_(1.0)
+    return model, proc
 
 
 BUILDERS: dict[str, Callable[[], tuple[Any, Any]]] = {
@@ -197,9 +204,12 @@ def build_tiny(family: str, seed: int = 0) -> tuple[Any, Any]:
     """A tiny random ``(model, processor)`` of ``family`` (one of ``BUILDERS``), weights fixed by ``seed``."""
     if family not in BUILDERS:
         raise ValueError(f"unknown family {family!r}; known: {', '.join(BUILDERS)}")
+    from spatialrl.models.mllama_mask import mask_cross_attention_rows
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model, proc = BUILDERS[family]()
+    mask_cross_attention_rows(model)  # as HFPolicy and the trainers do (Mllama only)
     return model.eval(), proc
 
 

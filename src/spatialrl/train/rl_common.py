@@ -220,8 +220,8 @@ def rollout_generator(seed: int, rank: int, update: int, device: str | torch.dev
 
 
 def rollout_vision_cache(model: Any, sampling_cfg: Any) -> VisionCache | None:
-    """A fresh image-feature cache for one update's rollouts (weights are fixed within one), or None
-    when it is off or the model family has no per-image vision tower."""
+    """A fresh image-feature cache for one update (weights are fixed within its rollouts and scoring), or
+    None when it is off or the model family is not supported (``agents/vision_cache.py``)."""
     if sampling_cfg.vision_cache_mb <= 0 or not VisionCache.supports(model):
         return None
     return VisionCache(sampling_cfg.vision_cache_mb)
