@@ -65,7 +65,7 @@ def common_overrides(args: argparse.Namespace, data: Path, out: Path, offload: b
         "output_dir": str(out), "updates": args.updates, "checkpoint.every": 0, "logging.report_to": "none",
         "model.path": "prebuilt", "model.dtype": "bfloat16" if args.device != "cpu" else "float32",
         "model.gradient_checkpointing": args.gradient_checkpointing, "optimizer_offload": offload,
-        "model.freeze_vision": args.freeze_vision,
+        "model.freeze_vision": args.freeze_vision, "sampling.vision_cache_mb": args.cache_mb,
         "offload_master_weights": not args.no_master,
         "sampling.max_new_tokens": args.new_tokens, "sampling.top_p": 1.0,
         "task.name": "virl", "task.data": str(data), "task.max_tokens": 32768,
@@ -137,6 +137,9 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--grid-size", type=int, default=2405)
     ap.add_argument("--gradient-checkpointing", action="store_true")
+    ap.add_argument("--vision-cache-mb", type=float, nargs="+", default=[1024],
+                    help="the update's vision cache per row (0 = off); with --freeze-vision it also serves "
+                         "the scoring pass and the epochs; several values run side by side")
     ap.add_argument("--freeze-vision", action="store_true",
                     help="train without the vision tower (TVRBench froze it): no vision backward in the epochs")
     ap.add_argument("--no-master", action="store_true",
@@ -161,7 +164,8 @@ def main() -> None:
     data = write_dataset(tmp / "city", random_routes(16, seed=0), pano_size=(1024, 512))
 
     rows = []
-    for offload in args.offload:
+    for offload, cache_mb in [(o, c) for o in args.offload for c in args.vision_cache_mb]:
+        args.cache_mb = cache_mb
         for algo in args.algos:
             model, processor = build(args.model, args.device)
             params = sum(p.numel() for p in model.parameters())
@@ -169,10 +173,10 @@ def main() -> None:
                 torch.cuda.reset_peak_memory_stats()
             runner = run_ppo if algo == "ppo" else run_grpo
             try:
-                row = runner(args, model, processor, data, tmp / f"{algo}-{offload}", offload == "cpu")
+                row = runner(args, model, processor, data, tmp / f"{algo}-{offload}-{cache_mb:g}", offload == "cpu")
             except torch.OutOfMemoryError as e:
                 row = {"algo": algo, "offload": offload == "cpu", "error": f"out of memory: {str(e)[:200]}"}
-            row["params"] = params
+            row["params"], row["vision_cache_mb"] = params, cache_mb
             if args.device != "cpu":
                 row["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
             rows.append(row)
@@ -184,14 +188,16 @@ def main() -> None:
                 torch.cuda.empty_cache()
 
     print(f"\n{args.model} on {machine}; V-IRL VL {args.grid_size}² grids, {args.new_tokens}-token answers")
-    print(f"{'algo':<5} {'offload':<8} {'samples/min':>11} {'update s':>9} {'rollout s':>9} {'peak GiB':>9}")
+    print(f"{'algo':<5} {'offload':<8} {'cache MB':>8} {'samples/min':>11} {'update s':>9} {'rollout s':>9} "
+          f"{'peak GiB':>9}")
     for r in rows:
         if "error" in r:
-            print(f"{r['algo']:<5} {str(r['offload']):<8} {r['error']}")
+            print(f"{r['algo']:<5} {str(r['offload']):<8} {r['vision_cache_mb']:>8.0f} {r['error']}")
             continue
         spm = f"{r['samples_per_min']:,.1f}" if "samples_per_min" in r else "-"
         roll = r.get("collect_seconds", r.get("rollout_seconds", 0.0))
-        print(f"{r['algo']:<5} {str(r['offload']):<8} {spm:>11} {r['update_seconds']:>9.1f} {roll:>9.1f} "
+        print(f"{r['algo']:<5} {str(r['offload']):<8} {r['vision_cache_mb']:>8.0f} {spm:>11} "
+              f"{r['update_seconds']:>9.1f} {roll:>9.1f} "
               f"{r.get('peak_gpu_gib', 0.0):>9.1f}")
     print(f"seed: PPO ~{SEED_PPO_SAMPLES_PER_MIN:.0f} samples/min on 8×H800; rollout {SEED_ROLLOUT}; "
           f"target for the 11B-class model: >= {TARGET_11B:.0f} PPO samples/min on one H200")
