@@ -79,3 +79,31 @@ def test_vision_cache_changes_no_number(tmp_path, tiny_model_dir):
         for key, value in off.items():
             if key.startswith(("losses/", "rollout/", "rewards/")):
                 assert on[key] == pytest.approx(value, abs=1e-6), key
+
+
+@pytest.mark.slow
+def test_vision_cache_changes_no_number_in_mllama_ppo(tmp_path):
+    """PPO on V-IRL with a tiny Llama-3.2-Vision (frozen tower: the scoring pass and every epoch take the
+    cached cross-attention states), cache off and on: the same two updates, number for number."""
+    from spatialrl.envs.virl.testdata import golden_routes, write_dataset
+    from spatialrl.io import read_jsonl
+    from spatialrl.models.tiny import save_tiny
+    from spatialrl.train.ppo import train as ppo
+
+    model_dir = save_tiny("mllama", tmp_path / "mllama", seed=0)
+    virl = write_dataset(tmp_path / "virl", golden_routes(), seed=0)
+    rows = {}
+    for mb in (0, 256):
+        cfg = load_config(PPOConfig, REPO / "configs/ppo/tiny_cpu.yaml", {
+            "model.path": str(model_dir), "model.freeze_vision": True, "output_dir": str(tmp_path / f"c{mb}"),
+            "updates": 2, "num_envs": 2, "num_steps": 4, "ppo_epochs": 2, "minibatch_size": 2, "grad_accum": 1,
+            "checkpoint.every": 0, "task.data": str(virl), "sampling.max_new_tokens": 12,
+            "sampling.vision_cache_mb": mb, "task.options": {"grid_size": 112, "episodes": 8, "seed": 42}})
+        ppo(cfg)
+        rows[mb] = [r for r in read_jsonl(tmp_path / f"c{mb}" / "metrics.jsonl") if "losses/approx_kl" in r]
+    assert len(rows[0]) == len(rows[256]) == 2
+    for off, on in zip(rows[0], rows[256], strict=True):
+        assert on["charts/images_cached"] > 0 and "charts/images_cached" not in off
+        for key, value in off.items():
+            if key.startswith(("losses/", "rollout/")):
+                assert on[key] == pytest.approx(value, abs=1e-6), key
