@@ -5,6 +5,9 @@
 #   2. benchmarks/rl_speed.py, random Llama-3.2-11B-Vision-sized model, AdamW on the GPU
 #   3. with OFFLOAD=1 (as a second command): the 11B with the optimizer offloaded to the host (moments
 #      in CPU memory, no fp32 master copy)
+#   4. with FROZEN=1 (as a command of its own): the 11B PPO with a frozen vision tower, vision cache off
+#      and on side by side (the cache then serves the scoring pass and the epochs), and the bf16 PPO
+#      ratio check of `shuffle: batches` at micro-batch 4 (1-tile grids, to fit)
 # Every step has its own time limit, so a slow one cannot starve the rest; each writes its JSON as
 # soon as it has a row.
 #
@@ -26,6 +29,14 @@ step() {  # seconds label, then the command
 # GRPO 4 tasks x G 4
 BIG=(--model llama11b-random --gradient-checkpointing --num-envs 16 --num-steps 32 --minibatch-size 1 --grad-accum 32
      --tasks 4 --group-size 4)
+if [ "${FROZEN:-0}" = 1 ]; then
+  step 420 big-frozen "$PY" "${B[@]}" "${BIG[@]}" --algos ppo --freeze-vision --vision-cache-mb 0 2048 \
+    --out "$OUT/rl_speed-llama11b-random-frozen.json"
+  step 150 shuffle "$PY" benchmarks/ppo_precision.py --model llama11b-random --dtypes bfloat16 --shuffle samples batches \
+    --grid-size 560 --minibatch-size 4 --grad-accum 4 --num-envs 8 --num-steps 16 --new-tokens 128 \
+    --gradient-checkpointing --out "$OUT/ppo_precision-llama11b-shuffle.json"
+  tail -n 12 "$OUT"/logs/*.log; exit 0
+fi
 if [ "${OFFLOAD:-0}" != 1 ]; then
   step 70 precision "$PY" benchmarks/ppo_precision.py --out "$OUT/ppo_precision.json"
   step 120 small "$PY" "${B[@]}" --model builtin-small --offload none --out "$OUT/rl_speed-builtin-small.json"
