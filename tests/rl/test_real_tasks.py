@@ -52,6 +52,16 @@ def test_one_update_on_each_real_task(tmp_path, tiny_model_dir):
             assert "rewards/match/mean" in last and last["rollout/turns_mean"] == 1
 
 
+def assert_same_numbers(off: list[dict], on: list[dict]) -> None:
+    """Two updates each; the cached run took images from its cache and logged what the uncached one did."""
+    assert len(off) == len(on) == 2
+    for a, b in zip(off, on, strict=True):
+        assert b["charts/images_cached"] > 0 and "charts/images_cached" not in a
+        for key, value in a.items():
+            if key.startswith(("losses/", "rollout/", "rewards/")):
+                assert b[key] == pytest.approx(value, abs=1e-6), key
+
+
 @pytest.mark.slow
 def test_vision_cache_changes_no_number(tmp_path, tiny_model_dir):
     """Two multi-turn GRPO updates on TVR with VA memory and a frozen vision tower (rollouts, old
@@ -73,12 +83,7 @@ def test_vision_cache_changes_no_number(tmp_path, tiny_model_dir):
             "task.options": {"memory": "va", "width": 112, "height": 112, "max_steps_multi": 4}})
         grpo(cfg)
         rows[mb] = [r for r in read_jsonl(tmp_path / f"c{mb}" / "metrics.jsonl") if "losses/policy_loss" in r]
-    assert len(rows[0]) == len(rows[256]) == 2
-    for off, on in zip(rows[0], rows[256], strict=True):
-        assert on["charts/images_cached"] > 0 and "charts/images_cached" not in off
-        for key, value in off.items():
-            if key.startswith(("losses/", "rollout/", "rewards/")):
-                assert on[key] == pytest.approx(value, abs=1e-6), key
+    assert_same_numbers(rows[0], rows[256])
 
 
 @pytest.mark.slow
@@ -101,9 +106,4 @@ def test_vision_cache_changes_no_number_in_mllama_ppo(tmp_path):
             "sampling.vision_cache_mb": mb, "task.options": {"grid_size": 112, "episodes": 8, "seed": 42}})
         ppo(cfg)
         rows[mb] = [r for r in read_jsonl(tmp_path / f"c{mb}" / "metrics.jsonl") if "losses/approx_kl" in r]
-    assert len(rows[0]) == len(rows[256]) == 2
-    for off, on in zip(rows[0], rows[256], strict=True):
-        assert on["charts/images_cached"] > 0 and "charts/images_cached" not in off
-        for key, value in off.items():
-            if key.startswith(("losses/", "rollout/")):
-                assert on[key] == pytest.approx(value, abs=1e-6), key
+    assert_same_numbers(rows[0], rows[256])
