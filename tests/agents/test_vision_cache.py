@@ -185,7 +185,7 @@ def test_mllama_scoring_equals_uncached():
     with torch.no_grad():
         plain = score_tokens(model, collate_inputs(turns, views, "right", "cpu"), start).logp
         for _ in range(2):
-            inputs = collate_inputs(turns, views, "right", "cpu", cache, model)
+            inputs = collate_inputs(turns, views, "right", "cpu", (cache, model))
             assert "pixel_values" not in inputs and "cross_attention_states" in inputs
             assert torch.equal(score_tokens(model, inputs, start).logp, plain)
     assert (cache.misses, cache.hits) == (4, 8)  # 3 images + the empty slot; 3 samples × 2 slots, twice

@@ -27,11 +27,10 @@ from PIL import Image
 from transformers import BatchFeature, GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from spatialrl.agents.base import Conversation, Generation, SamplingParams
-from spatialrl.agents.vision_cache import VisionCache
+from spatialrl.agents.vision_cache import QWEN_FAMILIES, VisionCache
 from spatialrl.errors import DataError
 from spatialrl.models.mllama_mask import mask_cross_attention_rows
 
-QWEN_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 # Families whose processors take one image list per sample (Qwen takes one flat list for the batch).
 NESTED_IMAGE_FAMILIES = ("idefics3", "smolvlm", "mllama")
 

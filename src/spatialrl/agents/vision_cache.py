@@ -40,7 +40,9 @@ import torch
 
 QWEN_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 SUPPORTED_FAMILIES = (*QWEN_FAMILIES, "mllama")
-_TOWER_NAMES = {"visual", "vision_model", "multi_modal_projector"}  # modules whose weights make the features
+# Module names of vision towers and their projectors across families (train/common.py's freeze_vision
+# uses the same list): the modules whose weights make the image features.
+VISION_MODULE_NAMES = ("visual", "vision_tower", "vision_model", "vision_encoder", "multi_modal_projector", "connector")
 
 
 def _family(model: Any) -> str | None:
@@ -50,7 +52,7 @@ def _family(model: Any) -> str | None:
 def _towers(model: Any) -> list[torch.nn.Module]:
     """The vision modules (Qwen ``visual``; Mllama ``vision_model`` + ``multi_modal_projector``) of a
     possibly PEFT- or DDP-wrapped model."""
-    return [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] in _TOWER_NAMES]
+    return [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] in VISION_MODULE_NAMES]
 
 
 def _unwrapped(model: Any) -> Any:
@@ -116,9 +118,9 @@ class VisionCache:
         return False
 
     @staticmethod
-    def tower_trainable(model: Any) -> bool:
+    def tower_trainable(model: Any, towers: list[torch.nn.Module] | None = None) -> bool:
         """Whether any vision parameter takes gradients (then training forwards bypass the cache)."""
-        return any(p.requires_grad for t in _towers(model) for p in t.parameters())
+        return any(p.requires_grad for t in (towers if towers is not None else _towers(model)) for p in t.parameters())
 
     # ------------------------------------------------------------------ validity
     def _check_weights(self, model: Any, towers: list[torch.nn.Module]) -> None:
@@ -139,7 +141,7 @@ class VisionCache:
         if inputs.get("pixel_values") is None or not self.supports(model, generate):
             return _moved(inputs, device)
         towers = _towers(model)
-        if torch.is_grad_enabled() and any(p.requires_grad for t in towers for p in t.parameters()):
+        if torch.is_grad_enabled() and self.tower_trainable(model, towers):
             return _moved(inputs, device)
         self._check_weights(model, towers)
         device = torch.device(device) if device is not None else inputs["pixel_values"].device

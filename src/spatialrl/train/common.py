@@ -163,8 +163,9 @@ def load_model_and_processor(cfg: ModelConfig, seed: int) -> tuple[Any, Any, dic
 
 def vision_parameters(model: Any) -> list[tuple[str, torch.nn.Parameter]]:
     """Parameters of the vision tower (and its projector/merger), found by module name across families."""
-    names = ("visual", "vision_tower", "vision_model", "vision_encoder", "multi_modal_projector", "connector")
-    return [(n, p) for n, p in model.named_parameters() if any(f".{k}." in f".{n}" for k in names)]
+    from spatialrl.agents.vision_cache import VISION_MODULE_NAMES
+
+    return [(n, p) for n, p in model.named_parameters() if any(f".{k}." in f".{n}" for k in VISION_MODULE_NAMES)]
 
 
 def prepare_trainable(model: Any, cfg: ModelConfig) -> Any:

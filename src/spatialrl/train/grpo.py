@@ -228,7 +228,7 @@ def build_sequences(trajs: list[Trajectory], per_turn: list[list[float]], keep: 
 def batch_tensors(turns: TurnTokenizer, seqs: list[Sequence], device: Any, vision: tuple[Any, Any] | None = None,
                   ) -> tuple[dict[str, Any], int, dict[str, torch.Tensor]]:
     """Right-padded model inputs, the first scored position, and per-position mask/advantages ``(B, W)``."""
-    inputs = collate_inputs(turns, [(s.segment, len(s.segment)) for s in seqs], "right", device, *(vision or (None, None)))
+    inputs = collate_inputs(turns, [(s.segment, len(s.segment)) for s in seqs], "right", device, vision)
     width = inputs["input_ids"].shape[1]
     mask = torch.zeros((len(seqs), width), device=device)
     adv = torch.zeros((len(seqs), width), device=device)

@@ -41,14 +41,14 @@ def banned_token_ids(model: Any, eos_ids: list[int]) -> list[int]:
 
 
 def collate_inputs(turns: TurnTokenizer, views: list[tuple[Segment, int]], padding_side: str, device: Any,
-                   vision_cache: VisionCache | None = None, encoder: Any = None, generate: bool = False,
-                   ) -> dict[str, Any]:
-    """``turns.collate`` on ``device``; with ``vision_cache``, image features (cached, or encoded by
-    ``encoder``: the unwrapped model) replace the pixels. Images are hashed on the CPU, so cached ones
-    never travel to the device. The cache passes pixels through while the vision tower trains."""
-    if vision_cache is None:
+                   vision: tuple[VisionCache, Any] | None = None, generate: bool = False) -> dict[str, Any]:
+    """``turns.collate`` on ``device``; with ``vision = (cache, encoder)``, image features (cached, or
+    encoded by ``encoder``: the unwrapped model) replace the pixels. Images are hashed on the CPU, so
+    cached ones never travel to the device. The cache passes pixels through while the tower trains."""
+    if vision is None or vision[0] is None:
         return turns.collate(views, padding_side=padding_side, device=device)
-    return vision_cache.prepare(encoder, turns.collate(views, padding_side=padding_side), device, generate)
+    cache, encoder = vision
+    return cache.prepare(encoder, turns.collate(views, padding_side=padding_side), device, generate)
 
 
 @torch.no_grad()
@@ -77,7 +77,7 @@ def sample_segments(
     out: list[tuple[list[int], list[float]]] = []
     for lo in range(0, len(segments), step):
         chunk = segments[lo : lo + step]
-        inputs = collate_inputs(turns, [(s, len(s)) for s in chunk], "left", device, vision_cache, model, generate=True)
+        inputs = collate_inputs(turns, [(s, len(s)) for s in chunk], "left", device, (vision_cache, model), generate=True)
         sampler = TokenSampler(sampling, generator, banned_token_ids(model, eos))
         width = inputs["input_ids"].shape[1]
         result = model.generate(

@@ -121,7 +121,7 @@ def batch_inputs(turns: TurnTokenizer, samples: list[Sample], device: Any, visio
     and the ``(B,)`` value positions (last prompt token before each answer). ``vision`` = ``(cache,
     unwrapped model)``: image features from the update's vision cache (a frozen tower's features are
     those the rollout computed)."""
-    inputs = collate_inputs(turns, [(s.segment, s.end) for s in samples], "right", device, *(vision or (None, None)))
+    inputs = collate_inputs(turns, [(s.segment, s.end) for s in samples], "right", device, vision)
     width = inputs["input_ids"].shape[1]
     weights = torch.zeros((len(samples), width), device=device)
     for b, s in enumerate(samples):
