@@ -66,6 +66,9 @@ def common_overrides(args: argparse.Namespace, data: Path, out: Path, offload: b
         "model.path": "prebuilt", "model.dtype": "bfloat16" if args.device != "cpu" else "float32",
         "model.gradient_checkpointing": args.gradient_checkpointing, "optimizer_offload": offload,
         "model.freeze_vision": args.freeze_vision, "sampling.vision_cache_mb": args.cache_mb,
+        "sampling.kv_cache": args.kv,
+        "model.lora.enabled": args.lora_r > 0, "model.lora.r": max(args.lora_r, 1),
+        "model.lora.alpha": 2 * max(args.lora_r, 1), "model.lora.merge_on_save": False,
         "offload_master_weights": not args.no_master,
         "sampling.max_new_tokens": args.new_tokens, "sampling.top_p": 1.0,
         "task.name": "virl", "task.data": str(data), "task.max_tokens": 32768,
@@ -142,6 +145,12 @@ def main() -> None:
                          "the scoring pass and the epochs; several values run side by side")
     ap.add_argument("--freeze-vision", action="store_true",
                     help="train without the vision tower (TVRBench froze it): no vision backward in the epochs")
+    ap.add_argument("--kv-cache", nargs="+", default=["dynamic"], choices=["dynamic", "static"],
+                    help="rollout KV cache per row (static: generate compiles the decoder on a GPU); "
+                         "several values run side by side")
+    ap.add_argument("--lora", type=int, nargs="+", default=[0],
+                    help="LoRA rank per row (0 = full fine-tune; LoRA trains the language model's adapters, "
+                         "the base weights and vision tower stay frozen)")
     ap.add_argument("--no-master", action="store_true",
                     help="with --offload cpu: no fp32 master copy on the host (offload_master_weights=false)")
     ap.add_argument("--out", default=None, help="result JSON (default benchmarks/results/rl_speed-<model>-<machine>.json)")
@@ -164,8 +173,9 @@ def main() -> None:
     data = write_dataset(tmp / "city", random_routes(16, seed=0), pano_size=(1024, 512))
 
     rows = []
-    for offload, cache_mb in [(o, c) for o in args.offload for c in args.vision_cache_mb]:
-        args.cache_mb = cache_mb
+    grid = [(o, c, k, r) for o in args.offload for c in args.vision_cache_mb for k in args.kv_cache for r in args.lora]
+    for offload, cache_mb, kv, lora_r in grid:
+        args.cache_mb, args.kv, args.lora_r = cache_mb, kv, lora_r
         for algo in args.algos:
             model, processor = build(args.model, args.device)
             params = sum(p.numel() for p in model.parameters())
@@ -173,10 +183,11 @@ def main() -> None:
                 torch.cuda.reset_peak_memory_stats()
             runner = run_ppo if algo == "ppo" else run_grpo
             try:
-                row = runner(args, model, processor, data, tmp / f"{algo}-{offload}-{cache_mb:g}", offload == "cpu")
+                row = runner(args, model, processor, data, tmp / f"{algo}-{offload}-{cache_mb:g}-{kv}-{lora_r}",
+                             offload == "cpu")
             except torch.OutOfMemoryError as e:
                 row = {"algo": algo, "offload": offload == "cpu", "error": f"out of memory: {str(e)[:200]}"}
-            row["params"], row["vision_cache_mb"] = params, cache_mb
+            row.update(params=params, vision_cache_mb=cache_mb, kv_cache=kv, lora_r=lora_r)
             if args.device != "cpu":
                 row["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
             rows.append(row)
@@ -188,16 +199,16 @@ def main() -> None:
                 torch.cuda.empty_cache()
 
     print(f"\n{args.model} on {machine}; V-IRL VL {args.grid_size}² grids, {args.new_tokens}-token answers")
-    print(f"{'algo':<5} {'offload':<8} {'cache MB':>8} {'samples/min':>11} {'update s':>9} {'rollout s':>9} "
-          f"{'peak GiB':>9}")
+    print(f"{'algo':<5} {'offload':<8} {'cache MB':>8} {'kv':<7} {'lora':>4} {'samples/min':>11} {'update s':>9} "
+          f"{'rollout s':>9} {'peak GiB':>9}")
     for r in rows:
+        lead = f"{r['algo']:<5} {str(r['offload']):<8} {r['vision_cache_mb']:>8.0f} {r['kv_cache']:<7} {r['lora_r']:>4}"
         if "error" in r:
-            print(f"{r['algo']:<5} {str(r['offload']):<8} {r['vision_cache_mb']:>8.0f} {r['error']}")
+            print(f"{lead} {r['error']}")
             continue
         spm = f"{r['samples_per_min']:,.1f}" if "samples_per_min" in r else "-"
         roll = r.get("collect_seconds", r.get("rollout_seconds", 0.0))
-        print(f"{r['algo']:<5} {str(r['offload']):<8} {r['vision_cache_mb']:>8.0f} {spm:>11} "
-              f"{r['update_seconds']:>9.1f} {roll:>9.1f} "
+        print(f"{lead} {spm:>11} {r['update_seconds']:>9.1f} {roll:>9.1f} "
               f"{r.get('peak_gpu_gib', 0.0):>9.1f}")
     print(f"seed: PPO ~{SEED_PPO_SAMPLES_PER_MIN:.0f} samples/min on 8×H800; rollout {SEED_ROLLOUT}; "
           f"target for the 11B-class model: >= {TARGET_11B:.0f} PPO samples/min on one H200")

@@ -286,8 +286,10 @@ class TurnTokenizer:
         views: list[tuple[Segment, int]],
         padding_side: str = "right",
         device: torch.device | str | None = None,
+        width: int | None = None,
     ) -> dict[str, torch.Tensor]:
-        """Model inputs for a batch of segment prefixes ``(segment, length)``, padded on ``padding_side``.
+        """Model inputs for a batch of segment prefixes ``(segment, length)``, padded on ``padding_side``
+        to the longest prefix, or to ``width`` when that is larger (fixed shapes for a compiled decoder).
 
         Image tensors of groups that start inside the prefix are batched in the family's layout:
         flattened patches concatenated (Qwen: ``pixel_values`` + ``image_grid_thw``) or one image slot
@@ -295,7 +297,7 @@ class TurnTokenizer:
         Mllama's ``cross_attention_mask`` is rebuilt from each stream with the processor's own rule.
         """
         lengths = [n for _, n in views]
-        width = max(lengths)
+        width = max(max(lengths), width or 0)
         batch_ids = torch.full((len(views), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((len(views), width), dtype=torch.long)
         fields = sorted({k for seg, _ in views for k in seg.token_fields})

@@ -128,6 +128,7 @@ class EnvPool:
         on_cut: Callable[[Trajectory], None] | None = None,
         max_batch_size: int | None = None,
         vision_cache: Any = None,
+        kv_cache: str = "dynamic",
     ) -> tuple[list[Step], list[Trajectory]]:
         """Sample one answer for each given active slot and step its env.
 
@@ -151,7 +152,7 @@ class EnvPool:
                 continue
             chosen.append(i)
         samples = sample_segments(model, self.turns, [self.slots[i].segment for i in chosen], sampling, generator,
-                                  max_batch_size=max_batch_size, vision_cache=vision_cache)
+                                  max_batch_size=max_batch_size, vision_cache=vision_cache, kv_cache=kv_cache)
         steps: list[Step] = []
         tokenizer = self.turns.tokenizer
         for i, (ids, logprobs) in zip(chosen, samples, strict=True):

@@ -120,14 +120,15 @@ def expert_prompts(suite: Any, options: dict[str, Any], episodes: list[Any]) -> 
 # ------------------------------------------------------------------------------------------ rollouts
 def rollout_multi(pool: EnvPool, specs: list[Any], group_size: int, update: int, model: Any,
                   sampling: SamplingParams, generator: torch.Generator, max_batch_size: int | None,
-                  vision_cache: Any = None) -> list[Trajectory]:
+                  vision_cache: Any = None, kv_cache: str = "dynamic") -> list[Trajectory]:
     """Play every task ``group_size`` times in lock-step; return all trajectories (grouped by task)."""
     for k, spec in enumerate(specs):
         for j in range(group_size):
             pool.start(k * group_size + j, spec, group=f"{update}:{k}:{spec.episode_id}")
     done: list[Trajectory] = []
     while pool.active():
-        _, finished = pool.turn(model, sampling, generator, max_batch_size=max_batch_size, vision_cache=vision_cache)
+        _, finished = pool.turn(model, sampling, generator, max_batch_size=max_batch_size, vision_cache=vision_cache,
+                                kv_cache=kv_cache)
         done.extend(finished)
     order = {id(t): i for i, t in enumerate(done)}
     return sorted(done, key=lambda t: (t.group, order[id(t)]))
@@ -135,12 +136,12 @@ def rollout_multi(pool: EnvPool, specs: list[Any], group_size: int, update: int,
 
 def rollout_single(turns: TurnTokenizer, prompts: list[ExpertPrompt], group_size: int, update: int, model: Any,
                    sampling: SamplingParams, generator: torch.Generator, reward_cfg: GatedRewardConfig,
-                   max_batch_size: int | None, vision_cache: Any = None) -> list[Trajectory]:
+                   max_batch_size: int | None, vision_cache: Any = None, kv_cache: str = "dynamic") -> list[Trajectory]:
     """Sample ``group_size`` answers to each prompt; each answer is a one-turn trajectory."""
     bases = [turns.start(p.conversation) for p in prompts]
     segments = [base.fork() for base in bases for _ in range(group_size)]
     samples = sample_segments(model, turns, segments, sampling, generator, max_batch_size=max_batch_size,
-                              vision_cache=vision_cache)
+                              vision_cache=vision_cache, kv_cache=kv_cache)
     out = []
     for i, (seg, (ids, logprobs)) in enumerate(zip(segments, samples, strict=True)):
         prompt = prompts[i // group_size]
@@ -352,11 +353,12 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
         with accelerator.autocast():
             if cfg.mode == "single":
                 trajs = rollout_single(turns, [prompts[i] for i in items], cfg.group_size, update, unwrapped,
-                                       sampling, generator, cfg.single.reward, max_gen_batch, vision_cache)
+                                       sampling, generator, cfg.single.reward, max_gen_batch, vision_cache,
+                                       cfg.sampling.kv_cache)
             else:
                 assert pool is not None
                 trajs = rollout_multi(pool, [episodes[i] for i in items], cfg.group_size, update, unwrapped,
-                                      sampling, generator, max_gen_batch, vision_cache)
+                                      sampling, generator, max_gen_batch, vision_cache, cfg.sampling.kv_cache)
         t_rollout = time.perf_counter() - t0
 
         # 2. advantages, broadcast to policy tokens

@@ -24,6 +24,8 @@ from spatialrl.agents.base import SamplingParams
 from spatialrl.agents.vision_cache import VisionCache
 from spatialrl.rollout.trajectory import Segment, TurnTokenizer
 
+STATIC_WIDTH_STEP = 256  # kv_cache="static": prompts are left-padded to a multiple of this many tokens
+
 
 def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
     """End-of-turn ids: the model's generation config, else the tokenizer's eos."""
@@ -41,14 +43,16 @@ def banned_token_ids(model: Any, eos_ids: list[int]) -> list[int]:
 
 
 def collate_inputs(turns: TurnTokenizer, views: list[tuple[Segment, int]], padding_side: str, device: Any,
-                   vision: tuple[VisionCache, Any] | None = None, generate: bool = False) -> dict[str, Any]:
-    """``turns.collate`` on ``device``; with ``vision = (cache, encoder)``, image features (cached, or
-    encoded by ``encoder``: the unwrapped model) replace the pixels. Images are hashed on the CPU, so
-    cached ones never travel to the device. The cache passes pixels through while the tower trains."""
+                   vision: tuple[VisionCache, Any] | None = None, generate: bool = False,
+                   width: int | None = None) -> dict[str, Any]:
+    """``turns.collate`` on ``device`` (padded to at least ``width``); with ``vision = (cache, encoder)``,
+    image features (cached, or encoded by ``encoder``: the unwrapped model) replace the pixels. Images
+    are hashed on the CPU, so cached ones never travel to the device. The cache passes pixels through
+    while the tower trains."""
     if vision is None or vision[0] is None:
-        return turns.collate(views, padding_side=padding_side, device=device)
+        return turns.collate(views, padding_side=padding_side, device=device, width=width)
     cache, encoder = vision
-    return cache.prepare(encoder, turns.collate(views, padding_side=padding_side), device, generate)
+    return cache.prepare(encoder, turns.collate(views, padding_side=padding_side, width=width), device, generate)
 
 
 @torch.no_grad()
@@ -60,11 +64,19 @@ def sample_segments(
     generator: torch.Generator | None,
     max_batch_size: int | None = None,
     vision_cache: VisionCache | None = None,
+    kv_cache: str = "dynamic",
 ) -> list[tuple[list[int], list[float]]]:
     """Continue every segment with one sampled answer: ``[(token_ids, logprobs)]`` cut after the eos.
 
     With ``vision_cache``, images already encoded under the same weights are not encoded again (the
-    caller owns the cache and starts a fresh one whenever the weights change)."""
+    caller owns the cache and starts a fresh one whenever the weights change).
+
+    ``kv_cache="static"`` decodes with transformers' fixed-size KV cache, which ``generate`` runs through
+    ``torch.compile`` (CUDA graphs) on a GPU: per-token Python and kernel-launch overhead goes away, at
+    the price of a compile per input shape. So shapes are kept few: every call is filled to
+    ``max_batch_size`` rows, or without one to the next power of two (copies of its last segment, whose
+    answers are dropped — they still draw from ``generator``), and left-padded to a multiple of
+    :data:`STATIC_WIDTH_STEP` tokens."""
     from transformers import GenerationConfig, LogitsProcessorList
 
     from spatialrl.agents.hf import TokenSampler  # the exact token-choice rule of the eval policy
@@ -75,22 +87,31 @@ def sample_segments(
     device = next(model.parameters()).device
     eos = eos_token_ids(model, turns.tokenizer)
     out: list[tuple[list[int], list[float]]] = []
+    if kv_cache not in ("dynamic", "static"):
+        raise ValueError(f"kv_cache must be 'dynamic' or 'static', not {kv_cache!r}")
+    static = kv_cache == "static"
+    cache_kwargs = {"cache_implementation": "static"} if static else {}
     for lo in range(0, len(segments), step):
         chunk = segments[lo : lo + step]
-        inputs = collate_inputs(turns, [(s, len(s)) for s in chunk], "left", device, (vision_cache, model), generate=True)
+        fill = (max_batch_size or 1 << (len(chunk) - 1).bit_length()) if static else len(chunk)
+        rows = chunk + [chunk[-1]] * (fill - len(chunk))
+        longest = max(len(s) for s in rows)
+        width = -(-longest // STATIC_WIDTH_STEP) * STATIC_WIDTH_STEP if static else None
+        inputs = collate_inputs(turns, [(s, len(s)) for s in rows], "left", device, (vision_cache, model),
+                                generate=True, width=width)
         sampler = TokenSampler(sampling, generator, banned_token_ids(model, eos))
         width = inputs["input_ids"].shape[1]
         result = model.generate(
             **inputs,
             generation_config=GenerationConfig(
                 max_new_tokens=sampling.max_new_tokens, do_sample=False, num_beams=1, repetition_penalty=1.0,
-                use_cache=True, eos_token_id=eos, pad_token_id=turns.pad_id,
+                use_cache=True, eos_token_id=eos, pad_token_id=turns.pad_id, **cache_kwargs,
             ),
             logits_processor=LogitsProcessorList([sampler]),
         )
         sequences = result if isinstance(result, torch.Tensor) else result.sequences
-        new = sequences[:, width:].tolist()
-        logprobs = torch.stack(sampler.logprobs, dim=1).tolist() if sampler.logprobs else [[] for _ in new]
+        new = sequences[: len(chunk), width:].tolist()
+        logprobs = torch.stack(sampler.logprobs, dim=1)[: len(chunk)].tolist() if sampler.logprobs else [[] for _ in new]
         for row, lps in zip(new, logprobs, strict=True):
             ids = row
             for k, tok in enumerate(row):

@@ -270,7 +270,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
                     todo = [i for i in range(cfg.num_envs) if i not in row]
                     steps, done = pool.turn(unwrapped, sampling, generator, slots=todo, on_cut=on_cut,
                                             max_batch_size=cfg.sampling.max_batch_size or None,
-                                            vision_cache=vision_cache)
+                                            vision_cache=vision_cache, kv_cache=cfg.sampling.kv_cache)
                     finished.extend(done)
                     row.update({s.slot: s for s in steps})
                     if len(row) == cfg.num_envs:

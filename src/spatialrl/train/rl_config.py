@@ -48,6 +48,14 @@ class SamplingConfig:
     vision_cache_mb: float = field(default=1024, metadata=_help(
         "Image-feature cache of one update's rollouts, in MB (Qwen families; 0 = off): each frame of a "
         "multi-turn episode goes through the vision tower once instead of every turn."))
+    kv_cache: str = field(default="dynamic", metadata=_help(
+        "KV cache of rollout generation: 'dynamic' (eager decoding) or 'static' (fixed shapes, which "
+        "generate() compiles with torch.compile on a GPU; batches are filled to max_batch_size and "
+        "prompts left-padded to a multiple of 256 tokens to keep recompiles few)."))
+
+    def __post_init__(self) -> None:
+        if self.kv_cache not in ("dynamic", "static"):
+            raise ConfigError(f"sampling.kv_cache: expected 'dynamic' or 'static', got {self.kv_cache!r}")
 
 
 # The run-control fields PPO and GRPO share (make_optimizer reads them from either config).
