@@ -10,7 +10,10 @@ Every row calls the trainers' own sampler (``train/policy_ops.sample_segments``)
 
 The clock: a wrapper around the token sampler (the logits processor every step goes through) stamps
 each step after a device sync, so prefill = first stamp − call start and decode = the mean gap between
-later stamps. Rows also report whether their tokens equal the dynamic row's (greedy decoding).
+later stamps. Rows also report how many tokens equal the dynamic row's (greedy decoding: on a random
+model in bf16 the top logits are near ties, so any change of kernels flips some and the answers part)
+and the largest gap between a sampled token's recorded log-prob and a teacher-forced forward's —
+what PPO's first ratio sees, and the check that a decoding path is right.
 ``--profile`` adds torch.profiler's top operators over a few eager decode steps (where the time goes).
 
 On the GPU machine (transformers >= 5.24 for Mllama's static cache):
@@ -101,7 +104,27 @@ def timed_call(model, turns, segments, sampling, kv_cache: str) -> dict[str, Any
     gaps = [b - a for a, b in zip(clock.stamps, clock.stamps[1:], strict=False)]
     return {"seconds": total, "prefill_seconds": clock.stamps[0] - t0,
             "decode_ms_per_step": 1e3 * statistics.mean(gaps) if gaps else float("nan"),
-            "steps": len(clock.stamps), "tokens": [ids for ids, _ in out]}
+            "steps": len(clock.stamps), "tokens": [ids for ids, _ in out], "logprobs": [lps for _, lps in out]}
+
+
+def logprob_gap(model, turns, segments, tokens, logprobs, rows: int = 4) -> float:
+    """Largest |sampled log-prob − teacher-forced log-prob| over the answers of the first ``rows``
+    prompts, each scored alone (what PPO's first ratio sees; bf16 kernels differ by batch shape)."""
+    import torch
+
+    from spatialrl.train.policy_ops import collate_inputs, score_tokens
+
+    device = next(model.parameters()).device
+    gap = 0.0
+    for seg, ids, lps in list(zip(segments, tokens, logprobs, strict=True))[:rows]:
+        seg = seg.fork()
+        turns.add_policy(seg, ids, lps, 0)
+        with torch.no_grad():
+            logp = score_tokens(model, collate_inputs(turns, [(seg, len(seg))], "right", device),
+                                len(seg.prompt_ids), temperature=1.0).logp
+        scored = logp[0, len(seg.prompt_ids):len(seg)].cpu()
+        gap = max(gap, float((scored - torch.tensor(lps)).abs().max()))
+    return gap
 
 
 def profile_decode(model, turns, segments, sampling, steps: int) -> list[dict[str, Any]]:
@@ -176,6 +199,7 @@ def main() -> None:
                "decode_ms_per_step": statistics.mean(c["decode_ms_per_step"] for c in calls),
                "steps": calls[-1]["steps"], "new_tokens": n_new,
                "stopped_early": sum(1 for t in tokens if t and t[-1] in eos),
+               "max_logprob_gap_vs_scoring": logprob_gap(model, turns, segments, tokens, calls[-1]["logprobs"]),
                "tokens_equal_dynamic": tokens == reference,
                "token_agreement": sum(a == b for x, y in zip(tokens, reference, strict=True)
                                       for a, b in zip(x, y, strict=False)) / max(1, sum(len(y) for y in reference))}
@@ -188,10 +212,12 @@ def main() -> None:
 
     print(f"\n{args.model} on {machine}: {args.batch_size} V-IRL VL prompts ({args.grid_size}² grids, "
           f"{statistics.mean(len(s) for s in segments):.0f} tokens), {args.new_tokens} new tokens")
-    print(f"{'kv_cache':<8} {'first call s':>12} {'call s':>7} {'prefill s':>9} {'ms/step':>8} {'tok/s':>8} {'= dynamic':>9}")
+    print(f"{'kv_cache':<8} {'first call s':>12} {'call s':>7} {'prefill s':>9} {'ms/step':>8} {'tok/s':>8} "
+          f"{'= dynamic':>9} {'|Δ logp|':>9}")
     for r in rows:
         print(f"{r['kv_cache']:<8} {r['first_call_seconds']:>12.1f} {r['seconds']:>7.2f} {r['prefill_seconds']:>9.2f} "
-              f"{r['decode_ms_per_step']:>8.1f} {r['tokens_per_second']:>8.0f} {r['token_agreement']:>9.3f}")
+              f"{r['decode_ms_per_step']:>8.1f} {r['tokens_per_second']:>8.0f} {r['token_agreement']:>9.3f} "
+              f"{r['max_logprob_gap_vs_scoring']:>9.2g}")
     if profile:
         print("\neager decode, top operators by self CPU time (8 steps):")
         for p in profile:

@@ -107,3 +107,28 @@ def test_vision_cache_changes_no_number_in_mllama_ppo(tmp_path):
         ppo(cfg)
         rows[mb] = [r for r in read_jsonl(tmp_path / f"c{mb}" / "metrics.jsonl") if "losses/approx_kl" in r]
     assert_same_numbers(rows[0], rows[256])
+
+
+def test_env_threads_change_no_number(tmp_path, tiny_model_dir):
+    """V-IRL envs step in threads (``task.env_threads``); each env steps on its own answer, so one PPO
+    update is the same number for number with 1 and 3 threads. The rollout's time split is logged."""
+    from spatialrl.envs.virl.testdata import golden_routes, write_dataset
+    from spatialrl.io import read_jsonl
+    from spatialrl.train.ppo import train as ppo
+
+    virl = write_dataset(tmp_path / "virl", golden_routes(), seed=0)
+    rows = {}
+    for threads in (1, 3):
+        cfg = load_config(PPOConfig, REPO / "configs/ppo/tiny_cpu.yaml", {
+            "model.path": str(tiny_model_dir), "output_dir": str(tmp_path / f"t{threads}"), "updates": 1,
+            "num_envs": 3, "num_steps": 6, "ppo_epochs": 1, "checkpoint.every": 0, "task.data": str(virl),
+            "task.env_threads": threads, "sampling.max_new_tokens": 8,
+            "task.options": {"grid_size": 112, "episodes": 6, "seed": 42}})
+        ppo(cfg)
+        rows[threads] = [r for r in read_jsonl(tmp_path / f"t{threads}" / "metrics.jsonl") if "losses/approx_kl" in r]
+    (one,), (three,) = rows[1], rows[3]
+    assert {"train/generate_seconds", "train/env_seconds", "train/tokenize_seconds"} <= set(three)
+    assert three["train/env_seconds"] > 0 and three["train/tokenize_seconds"] > 0
+    for key, value in one.items():
+        if key.startswith(("losses/", "rollout/", "episodes/")):
+            assert three[key] == pytest.approx(value, abs=1e-6), key

@@ -16,6 +16,7 @@ The decoded text an env sees is ``tokenizer.decode(ids, skip_special_tokens=True
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,17 +59,44 @@ class EnvPool:
     ``max_turns`` caps an episode (a safety net; envs end their own episodes) and ``max_tokens`` caps a
     segment (prompt + every turn so far + the next answer's budget): an episode that would exceed either
     is *cut* — recorded with ``trajectory.cut`` set and treated as ended without bootstrapping.
+
+    ``env_threads`` > 1 steps the turn's envs in a thread pool when the suite declares
+    ``thread_safe_envs`` (V-IRL: cv2 projection releases the GIL). Each env steps on its own answer, so
+    threads change no result. ``seconds`` adds up where a turn's time goes (``generate``; ``env``:
+    env steps; ``tokenize``: prompts, chat template and image processing) until :meth:`take_seconds`.
     """
 
     def __init__(self, suite: TaskSuite, options: dict[str, Any], turns: TurnTokenizer, n_slots: int,
-                 max_turns: int, max_tokens: int):
+                 max_turns: int, max_tokens: int, env_threads: int = 1):
         self.suite, self.options, self.turns = suite, options, turns
         self.max_turns, self.max_tokens = max_turns, max_tokens
         self.slots = [Slot(env=suite.make_env(options)) for _ in range(n_slots)]
+        self.seconds = {"generate": 0.0, "env": 0.0, "tokenize": 0.0}
+        self._executor = None
+        if env_threads > 1 and suite.thread_safe_envs and n_slots > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._executor = ThreadPoolExecutor(min(env_threads, n_slots), thread_name_prefix="env")
 
     def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown()
         for slot in self.slots:
             slot.env.close()
+
+    def take_seconds(self) -> dict[str, float]:
+        """The time split since the last call (then zeroed)."""
+        out, self.seconds = self.seconds, dict.fromkeys(self.seconds, 0.0)
+        return out
+
+    def _step_envs(self, slots: list[Slot], texts: list[str]) -> list[tuple]:
+        t0 = time.perf_counter()
+        if self._executor is not None and len(slots) > 1:
+            results = list(self._executor.map(lambda st: st[0].env.step(st[1]), zip(slots, texts, strict=True)))
+        else:
+            results = [slot.env.step(text) for slot, text in zip(slots, texts, strict=True)]
+        self.seconds["env"] += time.perf_counter() - t0
+        return results
 
     # -- episodes
     def start(self, index: int, spec: EpisodeSpec, group: str | None = None,
@@ -81,7 +109,9 @@ class EnvPool:
         included — continues, so a resumed run sees exactly the token stream an uninterrupted one would.
         """
         slot = self.slots[index]
+        t0 = time.perf_counter()
         obs, info = slot.env.reset(seed=spec.seed, options=dict(spec.reset_options))
+        self.seconds["env"] += time.perf_counter() - t0
         slot.spec, slot.prompter = spec, self.suite.make_prompter(self.options)
         slot.prompter.reset(obs, info)
         slot.history = []
@@ -106,7 +136,9 @@ class EnvPool:
                 else None for s in self.slots]
 
     def _new_segment(self, slot: Slot) -> Segment:
+        t0 = time.perf_counter()
         seg = self.turns.start(slot.prompter.messages())
+        self.seconds["tokenize"] += time.perf_counter() - t0
         assert slot.trajectory is not None
         slot.trajectory.segments.append(seg)
         return seg
@@ -151,19 +183,22 @@ class EnvPool:
                 self._finish(slot)
                 continue
             chosen.append(i)
+        t0 = time.perf_counter()
         samples = sample_segments(model, self.turns, [self.slots[i].segment for i in chosen], sampling, generator,
                                   max_batch_size=max_batch_size, vision_cache=vision_cache, kv_cache=kv_cache)
-        steps: list[Step] = []
+        self.seconds["generate"] += time.perf_counter() - t0
         tokenizer = self.turns.tokenizer
-        for i, (ids, logprobs) in zip(chosen, samples, strict=True):
+        texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in samples]
+        results = self._step_envs([self.slots[i] for i in chosen], texts)
+        steps: list[Step] = []
+        for i, (ids, logprobs), text, result in zip(chosen, samples, texts, results, strict=True):
             slot = self.slots[i]
             traj, seg = slot.trajectory, slot.segment
             assert traj is not None and seg is not None and slot.spec is not None
             turn = traj.num_turns
             self.turns.add_policy(seg, ids, logprobs, turn)
             traj.turn_segment.append(len(traj.segments) - 1)
-            text = tokenizer.decode(ids, skip_special_tokens=True)
-            obs, reward, terminated, truncated, info = slot.env.step(text)
+            obs, reward, terminated, truncated, info = result
             traj.turn_rewards.append(float(reward))
             traj.turn_records.append(jsonable(info.get("record", {})))
             traj.responses.append(text)
@@ -183,6 +218,9 @@ class EnvPool:
                 continue
             slot.prompter.update(text, obs, info)
             conversation = slot.prompter.messages()
-            if not self.turns.extend(seg, ids, conversation):
+            t0 = time.perf_counter()
+            extended = self.turns.extend(seg, ids, conversation)
+            self.seconds["tokenize"] += time.perf_counter() - t0
+            if not extended:
                 slot.segment = self._new_segment(slot)
         return steps, finished

@@ -57,6 +57,7 @@ from spatialrl.train.rl_common import (
     backward_scaled,
     begin_accumulation,
     end_run,
+    env_threads,
     episode_sampler,
     finish_update,
     load_policy_model,
@@ -307,7 +308,7 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
         next_items = episode_sampler(len(prompts), cfg.seed, rank, world)
     else:
         pool = EnvPool(suite, options, turns, cfg.tasks_per_update * cfg.group_size, cfg.task.max_turns,
-                       cfg.task.max_tokens)
+                       cfg.task.max_tokens, env_threads(cfg.task))
         next_items = episode_sampler(len(episodes), cfg.seed, rank, world)
     per_update = cfg.single.prompts_per_update if cfg.mode == "single" else cfg.tasks_per_update
     heldout: list[ExpertPrompt] = []
@@ -360,6 +361,7 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
                 trajs = rollout_multi(pool, [episodes[i] for i in items], cfg.group_size, update, unwrapped,
                                       sampling, generator, max_gen_batch, vision_cache, cfg.sampling.kv_cache)
         t_rollout = time.perf_counter() - t0
+        split = {f"train/{k}_seconds": v for k, v in pool.take_seconds().items()} if pool is not None else {}
 
         # 2. advantages, broadcast to policy tokens
         per_turn, zero_var = trajectory_advantages(trajs, cfg)
@@ -438,6 +440,7 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
                         "train/rollout_seconds": t_rollout, "train/update_seconds": time.perf_counter() - t0,
                         "charts/env_steps": counters["env_steps"], "charts/episodes": counters["episodes"]})
         metrics.update(vision_cache_metrics(vision_cache))
+        metrics.update(split)
         if grad_norms:
             metrics["train/grad_norm"] = float(np.mean(grad_norms))
         metrics = reduce_metrics(accelerator, metrics, weights={"losses/": "losses/policy_tokens"})

@@ -64,6 +64,7 @@ from spatialrl.train.rl_common import (
     backward_scaled,
     begin_accumulation,
     end_run,
+    env_threads,
     episode_metrics,
     episode_sampler,
     finish_update,
@@ -192,7 +193,8 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
     tokenizer = turns.tokenizer
     sampling = SamplingParams(temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
                               max_new_tokens=cfg.sampling.max_new_tokens)
-    pool = EnvPool(suite, options, turns, cfg.num_envs, cfg.task.max_turns, cfg.task.max_tokens)
+    pool = EnvPool(suite, options, turns, cfg.num_envs, cfg.task.max_turns, cfg.task.max_tokens,
+                   env_threads(cfg.task))
     rollout_state: dict[str, Any] = {"episodes_started": 0, "env_steps": 0, "episodes_done": 0}
 
     # --- resume: weights/optimiser/RNG via accelerate, in-flight episodes via our rollout state
@@ -282,6 +284,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
                     last_step[id(s.trajectory)] = s
                 storage.append([row[i] for i in range(cfg.num_envs)])
         t_collect = time.perf_counter() - t0
+        split = {f"train/{k}_seconds": v for k, v in pool.take_seconds().items()}  # where the rollout went
 
         # 2. score every step (old log-probs, values) and the bootstrap values of the next states
         samples = [[make_sample(s, tokenizer, cfg) for s in row] for row in storage]
@@ -383,6 +386,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
                         "charts/env_steps": rollout_state["env_steps"], "charts/episodes": rollout_state["episodes_done"],
                         "charts/update_samples": float(len(flat))})
         metrics.update(vision_cache_metrics(vision_cache))
+        metrics.update(split)
         if grad_norms:
             metrics["train/grad_norm"] = float(np.mean(grad_norms))
         metrics = reduce_metrics(accelerator, metrics,

@@ -171,6 +171,13 @@ def task_options(suite: Any, task_cfg: Any) -> dict[str, Any]:
     return options
 
 
+def env_threads(task_cfg: Any) -> int:
+    """``task.env_threads``, with 0 meaning one per CPU core."""
+    import os
+
+    return task_cfg.env_threads if task_cfg.env_threads > 0 else (os.cpu_count() or 1)
+
+
 def task_episodes(task_cfg: Any, extra_options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any], list[Any]]:
     """The suite, its options and the episodes a training task plays (``limit`` applied); one clear
     error when the split/options select none."""

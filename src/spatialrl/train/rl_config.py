@@ -37,6 +37,9 @@ class RLTaskConfig:
         metadata=_help("Token cap of one segment (prompt + all turns + the next answer); beyond it the episode "
                        "is cut (TVRBench's response budget; longest TVR VA sample ≈ 13k tokens)."),
     )
+    env_threads: int = field(default=0, metadata=_help(
+        "Threads stepping a turn's envs, for suites whose envs are thread-safe (V-IRL); 0 = one per CPU "
+        "core. Results do not depend on it."))
 
 
 @dataclass
@@ -52,10 +55,6 @@ class SamplingConfig:
         "KV cache of rollout generation: 'dynamic' (eager decoding) or 'static' (fixed shapes, which "
         "generate() compiles with torch.compile on a GPU; batches are filled to max_batch_size and "
         "prompts left-padded to a multiple of 256 tokens to keep recompiles few)."))
-
-    def __post_init__(self) -> None:
-        if self.kv_cache not in ("dynamic", "static"):
-            raise ConfigError(f"sampling.kv_cache: expected 'dynamic' or 'static', got {self.kv_cache!r}")
 
 
 # The run-control fields PPO and GRPO share (make_optimizer reads them from either config).
@@ -246,3 +245,7 @@ def _check_common(cfg: Any) -> None:
         raise ConfigError(f"sampling.top_p: must be in (0, 1], got {cfg.sampling.top_p}")
     if cfg.task.max_turns < 1 or cfg.task.max_tokens < 1:
         raise ConfigError("task.max_turns and task.max_tokens must be >= 1")
+    if cfg.task.env_threads < 0:
+        raise ConfigError(f"task.env_threads: must be >= 0 (0 = one per CPU core), got {cfg.task.env_threads}")
+    if cfg.sampling.kv_cache not in ("dynamic", "static"):
+        raise ConfigError(f"sampling.kv_cache: expected 'dynamic' or 'static', got {cfg.sampling.kv_cache!r}")
