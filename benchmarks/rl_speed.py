@@ -99,6 +99,7 @@ def run_ppo(args, model, processor, data, out, offload) -> dict[str, Any]:
     return {"algo": "ppo", "offload": offload, "samples_per_min": r["train/samples_per_minute"],
             "update_seconds": r["train/update_seconds"], "collect_seconds": r["train/collect_seconds"],
             "samples_per_update": r["charts/update_samples"], "wall_seconds": time.perf_counter() - t0,
+            **{k.split("/")[1]: r[k] for k in ("train/generate_seconds", "train/env_seconds", "train/tokenize_seconds")},
             "num_envs": args.num_envs, "ppo_epochs": args.ppo_epochs, "minibatch_size": args.minibatch_size}
 
 
@@ -118,7 +119,8 @@ def run_grpo(args, model, processor, data, out, offload) -> dict[str, Any]:
     return {"algo": "grpo", "offload": offload, "update_seconds": r["train/update_seconds"],
             "rollout_seconds": r["train/rollout_seconds"], "trajectories": r["rollout/trajectories"],
             "env_steps_per_update": r["rollout/turns_mean"] * r["rollout/trajectories"],
-            "policy_tokens": r["losses/policy_tokens"], "wall_seconds": time.perf_counter() - t0}
+            "policy_tokens": r["losses/policy_tokens"], "wall_seconds": time.perf_counter() - t0,
+            **{k.split("/")[1]: r[k] for k in ("train/generate_seconds", "train/env_seconds", "train/tokenize_seconds")}}
 
 
 def main() -> None:
@@ -200,7 +202,7 @@ def main() -> None:
 
     print(f"\n{args.model} on {machine}; V-IRL VL {args.grid_size}² grids, {args.new_tokens}-token answers")
     print(f"{'algo':<5} {'offload':<8} {'cache MB':>8} {'kv':<7} {'lora':>4} {'samples/min':>11} {'update s':>9} "
-          f"{'rollout s':>9} {'peak GiB':>9}")
+          f"{'rollout s':>9} {'generate':>8} {'env':>5} {'tokenize':>8} {'peak GiB':>9}")
     for r in rows:
         lead = f"{r['algo']:<5} {str(r['offload']):<8} {r['vision_cache_mb']:>8.0f} {r['kv_cache']:<7} {r['lora_r']:>4}"
         if "error" in r:
@@ -208,7 +210,8 @@ def main() -> None:
             continue
         spm = f"{r['samples_per_min']:,.1f}" if "samples_per_min" in r else "-"
         roll = r.get("collect_seconds", r.get("rollout_seconds", 0.0))
-        print(f"{lead} {spm:>11} {r['update_seconds']:>9.1f} {roll:>9.1f} "
+        print(f"{lead} {spm:>11} {r['update_seconds']:>9.1f} {roll:>9.1f} {r['generate_seconds']:>8.1f} "
+              f"{r['env_seconds']:>5.1f} {r['tokenize_seconds']:>8.1f} "
               f"{r.get('peak_gpu_gib', 0.0):>9.1f}")
     print(f"seed: PPO ~{SEED_PPO_SAMPLES_PER_MIN:.0f} samples/min on 8×H800; rollout {SEED_ROLLOUT}; "
           f"target for the 11B-class model: >= {TARGET_11B:.0f} PPO samples/min on one H200")
