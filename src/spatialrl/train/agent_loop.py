@@ -16,6 +16,8 @@ The decoded text an env sees is ``tokenizer.decode(ids, skip_special_tokens=True
 
 from __future__ import annotations
 
+import copy
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,9 +62,10 @@ class EnvPool:
     segment (prompt + every turn so far + the next answer's budget): an episode that would exceed either
     is *cut* — recorded with ``trajectory.cut`` set and treated as ended without bootstrapping.
 
-    ``env_threads`` > 1 steps the turn's envs in a thread pool when the suite declares
-    ``thread_safe_envs`` (V-IRL: cv2 projection releases the GIL). Each env steps on its own answer, so
-    threads change no result. ``seconds`` adds up where a turn's time goes (``generate``; ``env``:
+    ``env_threads`` > 1 steps the turn's envs — and tokenises their next prompts (PIL image processing
+    releases the GIL too) — in a thread pool when the suite declares ``thread_safe_envs`` (V-IRL: cv2
+    projection releases the GIL). Each slot works on its own answer and segment, so threads change no
+    result. ``seconds`` adds up where a turn's time goes (``generate``; ``env``:
     env steps; ``tokenize``: prompts, chat template and image processing) until :meth:`take_seconds`.
     """
 
@@ -72,7 +75,7 @@ class EnvPool:
         self.max_turns, self.max_tokens = max_turns, max_tokens
         self.slots = [Slot(env=suite.make_env(options)) for _ in range(n_slots)]
         self.seconds = {"generate": 0.0, "env": 0.0, "tokenize": 0.0}
-        self._executor = None
+        self._executor, self._local = None, threading.local()
         if env_threads > 1 and suite.thread_safe_envs and n_slots > 1:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -89,12 +92,25 @@ class EnvPool:
         out, self.seconds = self.seconds, dict.fromkeys(self.seconds, 0.0)
         return out
 
+    def _map(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        """``[fn(x) for x in items]``, in the env threads when there are any (order kept)."""
+        if self._executor is not None and len(items) > 1:
+            return list(self._executor.map(fn, items))
+        return [fn(x) for x in items]
+
+    def _thread_turns(self) -> TurnTokenizer:
+        """The pool's ``TurnTokenizer`` on the calling thread: the original on the caller's thread, a deep
+        copy (same processor and tokenizer state) on each env thread."""
+        if self._executor is None:
+            return self.turns
+        turns = getattr(self._local, "turns", None)
+        if turns is None:
+            turns = self._local.turns = copy.deepcopy(self.turns)
+        return turns
+
     def _step_envs(self, slots: list[Slot], texts: list[str]) -> list[tuple]:
         t0 = time.perf_counter()
-        if self._executor is not None and len(slots) > 1:
-            results = list(self._executor.map(lambda st: st[0].env.step(st[1]), zip(slots, texts, strict=True)))
-        else:
-            results = [slot.env.step(text) for slot, text in zip(slots, texts, strict=True)]
+        results = self._map(lambda st: st[0].env.step(st[1]), list(zip(slots, texts, strict=True)))
         self.seconds["env"] += time.perf_counter() - t0
         return results
 
@@ -191,6 +207,7 @@ class EnvPool:
         texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in samples]
         results = self._step_envs([self.slots[i] for i in chosen], texts)
         steps: list[Step] = []
+        pending: list[tuple[Slot, list[int], Any]] = []  # slots whose next prompt is to be tokenised
         for i, (ids, logprobs), text, result in zip(chosen, samples, texts, results, strict=True):
             slot = self.slots[i]
             traj, seg = slot.trajectory, slot.segment
@@ -217,10 +234,18 @@ class EnvPool:
                 self._finish(slot)
                 continue
             slot.prompter.update(text, obs, info)
-            conversation = slot.prompter.messages()
-            t0 = time.perf_counter()
-            extended = self.turns.extend(seg, ids, conversation)
-            self.seconds["tokenize"] += time.perf_counter() - t0
-            if not extended:
-                slot.segment = self._new_segment(slot)
+            pending.append((slot, ids, slot.prompter.messages()))
+        t0 = time.perf_counter()
+        self._map(lambda job: self._continue(*job), pending)
+        self.seconds["tokenize"] += time.perf_counter() - t0
         return steps, finished
+
+    def _continue(self, slot: Slot, ids: list[int], conversation: Any) -> None:
+        """Append the env's answer to the slot's segment, or start a new segment (a fresh conversation).
+        Runs in the env threads with a per-thread copy of the tokenizer (its Rust core is not safe to
+        share across threads)."""
+        turns = self._thread_turns()
+        assert slot.segment is not None and slot.trajectory is not None
+        if not turns.extend(slot.segment, ids, conversation):
+            slot.segment = turns.start(conversation)
+            slot.trajectory.segments.append(slot.segment)
