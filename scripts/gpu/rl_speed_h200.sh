@@ -5,9 +5,9 @@
 #   2. benchmarks/rl_speed.py, random Llama-3.2-11B-Vision-sized model, AdamW on the GPU
 #   3. with OFFLOAD=1 (as a second command): the 11B with the optimizer offloaded to the host (moments
 #      in CPU memory, no fp32 master copy)
-#   4. with FAST=1 (a command of its own): decode speed by KV cache (benchmarks/decode_speed.py), then
-#      the 11B PPO with every lever: frozen tower + vision cache, LoRA r 16 at micro-batch 4, static KV
-#      cache, threaded envs; with and without gradient checkpointing
+#   4. with FAST=1 (a command of its own): the 11B PPO with every lever: frozen tower + vision cache,
+#      LoRA r 16 at micro-batch 4, threaded envs; dynamic then static KV cache (DECODE=1 first runs
+#      benchmarks/decode_speed.py, decode speed by KV cache)
 #   5. with FROZEN=1 (as a command of its own): the 11B PPO with a frozen vision tower, vision cache off
 #      and on side by side (the cache then serves the scoring pass and the epochs), and the bf16 PPO
 #      ratio check of `shuffle: batches` at micro-batch 4 (1-tile grids, to fit)
@@ -33,18 +33,19 @@ step() {  # seconds label, then the command
 BIG=(--model llama11b-random --gradient-checkpointing --num-envs 16 --num-steps 32 --minibatch-size 1 --grad-accum 32
      --tasks 4 --group-size 4)
 if [ "${FAST:-0}" = 1 ]; then
-  # decode: eager vs static KV cache (compiled decoder) on the 11B's rollout generate, with the sampled
-  # vs teacher-forced log-prob check; then the 11B PPO with every lever on: frozen tower + vision cache,
-  # LoRA r 16 at micro-batch 4, static KV cache, threaded envs — with and without gradient checkpointing
-  step 150 decode "$PY" benchmarks/decode_speed.py --model llama11b-random --batch-size 16 --new-tokens 128 \
-    --repeats 1 --out "$OUT/decode_speed-llama11b-random.json"
+  # decode (DECODE=1): eager vs static KV cache (compiled decoder) on the 11B's rollout generate, with the
+  # sampled vs teacher-forced log-prob check; then the 11B PPO with every lever on: frozen tower + vision
+  # cache, LoRA r 16 at micro-batch 4, threaded envs, no gradient checkpointing (LoRA leaves the memory
+  # for it) — dynamic KV cache first (no compile), then static
+  [ "${DECODE:-0}" = 1 ] && step 150 decode "$PY" benchmarks/decode_speed.py --model llama11b-random --batch-size 16 \
+    --new-tokens 128 --repeats 1 --out "$OUT/decode_speed-llama11b-random.json"
   FASTROW=(--algos ppo --freeze-vision --vision-cache-mb 2048 --lora 16 --minibatch-size 4 --grad-accum 8
-           --kv-cache static --num-envs 16 --num-steps 32 --updates 2 --grid-size 2405 --new-tokens 128)
-  step 220 big-fast "$PY" benchmarks/rl_speed.py --model llama11b-random --gradient-checkpointing "${FASTROW[@]}" \
-    --out "$OUT/rl_speed-llama11b-random-fast.json"
-  step 200 big-fast-nogc "$PY" benchmarks/rl_speed.py --model llama11b-random "${FASTROW[@]}" \
-    --out "$OUT/rl_speed-llama11b-random-fast-nogc.json"
-  tail -n 8 "$OUT"/logs/*.log; exit 0
+           --num-envs 16 --num-steps 32 --updates "${UPDATES:-2}" --grid-size 2405 --new-tokens 128)
+  step "${LIMIT_DYNAMIC:-250}" big-fast-dynamic "$PY" benchmarks/rl_speed.py --model llama11b-random "${FASTROW[@]}" \
+    --kv-cache dynamic --out "$OUT/rl_speed-llama11b-random-fast-dynamic.json"
+  step "${LIMIT_STATIC:-300}" big-fast-static "$PY" benchmarks/rl_speed.py --model llama11b-random "${FASTROW[@]}" \
+    --kv-cache static --out "$OUT/rl_speed-llama11b-random-fast-static.json"
+  tail -n 14 "$OUT"/logs/*.log; exit 0
 fi
 if [ "${FROZEN:-0}" = 1 ]; then
   step 420 big-frozen "$PY" "${B[@]}" "${BIG[@]}" --algos ppo --freeze-vision --vision-cache-mb 0 2048 \

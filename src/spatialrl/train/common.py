@@ -389,6 +389,14 @@ class Tracker:
             shown = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in brief.items())
             Console().print(f"[bold]step {step}[/bold]  {shown}")
 
+    def phase(self, step: int, text: str) -> None:
+        """A console-only progress line inside an update (an 11B update can take minutes; a run cut
+        mid-update still shows how far it got). Not written to metrics.jsonl."""
+        if self.active:
+            from rich.console import Console
+
+            Console().print(f"[dim]step {step} · {text} ({time.perf_counter() - self._t0:.0f} s into the run)[/dim]")
+
     def close(self) -> None:
         if self._jsonl is not None:
             self._jsonl.close()

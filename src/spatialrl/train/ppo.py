@@ -255,9 +255,11 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
         if step is not None:
             step.ended = True
 
+    first_update = update
     while update < cfg.updates:
         t0 = time.perf_counter()
         # 1. collect num_steps env steps: storage[t][n] is slot n's step at turn t of this update
+        chatty = update == first_update or (update + 1) % max(1, cfg.logging.every) == 0
         unwrapped.eval()
         generator = rollout_generator(cfg.seed, rank, update, accelerator.device)  # sampling runs on the model's device
         storage: list[list[Step]] = []
@@ -283,8 +285,14 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
                 for s in row.values():
                     last_step[id(s.trajectory)] = s
                 storage.append([row[i] for i in range(cfg.num_envs)])
+                if chatty and rows > 1:
+                    tracker.phase(update + 1, f"turn {len(storage)}/{rows} sampled at {time.perf_counter() - t0:.1f} s")
         t_collect = time.perf_counter() - t0
         split = {f"train/{k}_seconds": v for k, v in pool.take_seconds().items()}  # where the rollout went
+        if chatty:
+            tracker.phase(update + 1, f"collected {rows * cfg.num_envs} steps in {t_collect:.1f} s ("
+                          + ", ".join(f"{k.split('/')[1].removesuffix('_seconds')} {v:.1f} s" for k, v in split.items())
+                          + ")")
 
         # 2. score every step (old log-probs, values) and the bootstrap values of the next states
         samples = [[make_sample(s, tokenizer, cfg) for s in row] for row in storage]
@@ -310,6 +318,9 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
                                   value_head=value_head)
                 next_value[idx] = sc.hidden.float().cpu()
 
+        if chatty:
+            tracker.phase(update + 1, f"scored {len(flat)} steps in {time.perf_counter() - t0 - t_collect:.1f} s")
+
         # 3. GAE over the (steps, envs) grid; a step ends its episode if the env said so
         rewards = torch.tensor([[s.reward for s in row] for row in storage])
         # (reference quirk, opt-in: only termination stops GAE, so a truncated episode bootstraps into
@@ -329,7 +340,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
         sums = dict.fromkeys(("action_loss", "value_loss", "entropy", "clipfrac", "approx_kl", "ratio", "n"), 0.0)
         grad_norms: list[float] = []
         order_rng = np.random.default_rng([cfg.seed, rank, update])
-        for _epoch in range(cfg.ppo_epochs):
+        for epoch in range(cfg.ppo_epochs):
             micro = epoch_micro_batches(len(flat), cfg.minibatch_size, cfg.shuffle, order_rng)
             for lo in range(0, len(micro), cfg.grad_accum):
                 group = micro[lo:lo + cfg.grad_accum]
@@ -366,6 +377,8 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
                     sums["ratio"] += float(st["ratio"].sum())
                     if entropy is not None:
                         sums["entropy"] += float(entropy.detach().sum())
+            if chatty:
+                tracker.phase(update + 1, f"epoch {epoch + 1}/{cfg.ppo_epochs} done at {time.perf_counter() - t0:.1f} s")
         update += 1
 
         # 5. metrics (the reference's list; docs/rl.md defines each), checkpoint
