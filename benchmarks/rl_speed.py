@@ -90,7 +90,7 @@ def run_ppo(args, model, processor, data, out, offload) -> dict[str, Any]:
 
     over = common_overrides(args, data, out, offload)
     over.update({"num_envs": args.num_envs, "num_steps": args.num_steps, "ppo_epochs": args.ppo_epochs,
-                 "minibatch_size": args.minibatch_size, "grad_accum": args.grad_accum, "sampling.temperature": 0.2,
+                 "minibatch_size": args.mb, "grad_accum": args.accum, "sampling.temperature": 0.2,
                  "optim.lr": 1e-7, "optim.max_grad_norm": 0.01})
     cfg = load_config(PPOConfig, HERE.parent / "configs/ppo/tiny_cpu.yaml", over)
     t0 = time.perf_counter()
@@ -100,7 +100,7 @@ def run_ppo(args, model, processor, data, out, offload) -> dict[str, Any]:
             "update_seconds": r["train/update_seconds"], "collect_seconds": r["train/collect_seconds"],
             "samples_per_update": r["charts/update_samples"], "wall_seconds": time.perf_counter() - t0,
             **{k.split("/")[1]: r[k] for k in ("train/generate_seconds", "train/env_seconds", "train/tokenize_seconds")},
-            "num_envs": args.num_envs, "ppo_epochs": args.ppo_epochs, "minibatch_size": args.minibatch_size}
+            "num_envs": args.num_envs, "ppo_epochs": args.ppo_epochs, "minibatch_size": args.mb, "grad_accum": args.accum}
 
 
 def run_grpo(args, model, processor, data, out, offload) -> dict[str, Any]:
@@ -110,7 +110,7 @@ def run_grpo(args, model, processor, data, out, offload) -> dict[str, Any]:
 
     over = common_overrides(args, data, out, offload)
     over.update({"mode": "multi", "tasks_per_update": args.tasks, "group_size": args.group_size,
-                 "mini_batches": 4, "micro_batch_size": args.minibatch_size, "kl_coef": args.kl_coef,
+                 "mini_batches": 4, "micro_batch_size": args.mb, "kl_coef": args.kl_coef,
                  "sampling.temperature": 1.0, "optim.lr": 1e-6, "optim.max_grad_norm": 1.0})
     cfg = load_config(GRPOConfig, HERE.parent / "configs/grpo/tiny_cpu.yaml", over)
     t0 = time.perf_counter()
@@ -134,8 +134,10 @@ def main() -> None:
     ap.add_argument("--num-envs", type=int, default=16)
     ap.add_argument("--num-steps", type=int, default=64, help="PPO env steps per update")
     ap.add_argument("--ppo-epochs", type=int, default=4)
-    ap.add_argument("--minibatch-size", type=int, default=4)
-    ap.add_argument("--grad-accum", type=int, default=16)
+    ap.add_argument("--minibatch-size", type=int, nargs="+", default=[4],
+                    help="samples per forward (PPO; GRPO micro-batch); several values run side by side at the "
+                         "first one's samples per optimiser step (--grad-accum scaled)")
+    ap.add_argument("--grad-accum", type=int, default=16, help="PPO micro-batches per optimiser step at the first --minibatch-size")
     ap.add_argument("--tasks", type=int, default=8, help="GRPO tasks per update")
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--kl-coef", type=float, default=0.01)
@@ -175,9 +177,11 @@ def main() -> None:
     data = write_dataset(tmp / "city", random_routes(16, seed=0), pano_size=(1024, 512))
 
     rows = []
-    grid = [(o, c, k, r) for o in args.offload for c in args.vision_cache_mb for k in args.kv_cache for r in args.lora]
-    for offload, cache_mb, kv, lora_r in grid:
-        args.cache_mb, args.kv, args.lora_r = cache_mb, kv, lora_r
+    grid = [(o, c, k, r, m) for o in args.offload for c in args.vision_cache_mb for k in args.kv_cache for r in args.lora
+            for m in args.minibatch_size]
+    per_step = args.minibatch_size[0] * args.grad_accum
+    for offload, cache_mb, kv, lora_r, mb in grid:
+        args.cache_mb, args.kv, args.lora_r, args.mb, args.accum = cache_mb, kv, lora_r, mb, max(1, per_step // mb)
         for algo in args.algos:
             model, processor = build(args.model, args.device)
             params = sum(p.numel() for p in model.parameters())
@@ -185,11 +189,11 @@ def main() -> None:
                 torch.cuda.reset_peak_memory_stats()
             runner = run_ppo if algo == "ppo" else run_grpo
             try:
-                row = runner(args, model, processor, data, tmp / f"{algo}-{offload}-{cache_mb:g}-{kv}-{lora_r}",
+                row = runner(args, model, processor, data, tmp / f"{algo}-{offload}-{cache_mb:g}-{kv}-{lora_r}-{mb}",
                              offload == "cpu")
             except torch.OutOfMemoryError as e:
                 row = {"algo": algo, "offload": offload == "cpu", "error": f"out of memory: {str(e)[:200]}"}
-            row.update(params=params, vision_cache_mb=cache_mb, kv_cache=kv, lora_r=lora_r)
+            row.update(params=params, vision_cache_mb=cache_mb, kv_cache=kv, lora_r=lora_r, minibatch_size=mb)
             if args.device != "cpu":
                 row["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
             rows.append(row)
@@ -201,10 +205,10 @@ def main() -> None:
                 torch.cuda.empty_cache()
 
     print(f"\n{args.model} on {machine}; V-IRL VL {args.grid_size}² grids, {args.new_tokens}-token answers")
-    print(f"{'algo':<5} {'offload':<8} {'cache MB':>8} {'kv':<7} {'lora':>4} {'samples/min':>11} {'update s':>9} "
+    print(f"{'algo':<5} {'offload':<8} {'cache MB':>8} {'kv':<7} {'lora':>4} {'mb':>3} {'samples/min':>11} {'update s':>9} "
           f"{'rollout s':>9} {'generate':>8} {'env':>5} {'tokenize':>8} {'peak GiB':>9}")
     for r in rows:
-        lead = f"{r['algo']:<5} {str(r['offload']):<8} {r['vision_cache_mb']:>8.0f} {r['kv_cache']:<7} {r['lora_r']:>4}"
+        lead = f"{r['algo']:<5} {str(r['offload']):<8} {r['vision_cache_mb']:>8.0f} {r['kv_cache']:<7} {r['lora_r']:>4} {r['minibatch_size']:>3}"
         if "error" in r:
             print(f"{lead} {r['error']}")
             continue

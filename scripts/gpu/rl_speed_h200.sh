@@ -6,8 +6,8 @@
 #   3. with OFFLOAD=1 (as a second command): the 11B with the optimizer offloaded to the host (moments
 #      in CPU memory, no fp32 master copy)
 #   4. with FAST=1 (a command of its own): the 11B PPO with every lever: frozen tower + vision cache,
-#      LoRA r 16 at micro-batch 4, threaded envs; dynamic then static KV cache (DECODE=1 first runs
-#      benchmarks/decode_speed.py, decode speed by KV cache)
+#      LoRA r 16, static KV cache, threaded envs, at micro-batch 8 and 4 (DECODE=1 first runs
+#      benchmarks/decode_speed.py, decode speed by KV cache; DYNAMIC=1 adds the dynamic-cache row)
 #   5. with FROZEN=1 (as a command of its own): the 11B PPO with a frozen vision tower, vision cache off
 #      and on side by side (the cache then serves the scoring pass and the epochs), and the bf16 PPO
 #      ratio check of `shuffle: batches` at micro-batch 4 (1-tile grids, to fit)
@@ -35,16 +35,20 @@ BIG=(--model llama11b-random --gradient-checkpointing --num-envs 16 --num-steps 
 if [ "${FAST:-0}" = 1 ]; then
   # decode (DECODE=1): eager vs static KV cache (compiled decoder) on the 11B's rollout generate, with the
   # sampled vs teacher-forced log-prob check; then the 11B PPO with every lever on: frozen tower + vision
-  # cache, LoRA r 16 at micro-batch 4, threaded envs, no gradient checkpointing (LoRA leaves the memory
-  # for it) — dynamic KV cache first (no compile), then static
+  # cache, LoRA r 16, threaded envs, no gradient checkpointing (LoRA leaves the memory for it)
   [ "${DECODE:-0}" = 1 ] && step 150 decode "$PY" benchmarks/decode_speed.py --model llama11b-random --batch-size 16 \
     --new-tokens 128 --repeats 1 --out "$OUT/decode_speed-llama11b-random.json"
-  FASTROW=(--algos ppo --freeze-vision --vision-cache-mb 2048 --lora 16 --minibatch-size 4 --grad-accum 8
-           --num-envs 16 --num-steps 32 --updates "${UPDATES:-2}" --grid-size 2405 --new-tokens 128)
-  step "${LIMIT_DYNAMIC:-250}" big-fast-dynamic "$PY" benchmarks/rl_speed.py --model llama11b-random "${FASTROW[@]}" \
-    --kv-cache dynamic --out "$OUT/rl_speed-llama11b-random-fast-dynamic.json"
-  step "${LIMIT_STATIC:-300}" big-fast-static "$PY" benchmarks/rl_speed.py --model llama11b-random "${FASTROW[@]}" \
-    --kv-cache static --out "$OUT/rl_speed-llama11b-random-fast-static.json"
+  FASTROW=(--algos ppo --freeze-vision --vision-cache-mb 2048 --lora 16 --num-envs 16 --num-steps 32
+           --updates "${UPDATES:-2}" --grid-size 2405 --new-tokens 128)
+  # micro-batch 8 then 4 at 32 samples per optimiser step; the first update of a static row compiles
+  # the decoder (one compile per prompt-length bucket, ~90 s each on the H200)
+  step "${LIMIT_MB8:-330}" big-fast-static-mb8 "$PY" benchmarks/rl_speed.py --model llama11b-random "${FASTROW[@]}" \
+    --kv-cache static --minibatch-size 8 --grad-accum 4 --out "$OUT/rl_speed-llama11b-random-fast-static-mb8.json"
+  step "${LIMIT_MB4:-230}" big-fast-static-mb4 "$PY" benchmarks/rl_speed.py --model llama11b-random "${FASTROW[@]}" \
+    --kv-cache static --minibatch-size 4 --grad-accum 8 --out "$OUT/rl_speed-llama11b-random-fast-static-mb4.json"
+  [ "${DYNAMIC:-0}" = 1 ] && step "${LIMIT_DYNAMIC:-250}" big-fast-dynamic "$PY" benchmarks/rl_speed.py \
+    --model llama11b-random "${FASTROW[@]}" --kv-cache dynamic --minibatch-size 4 --grad-accum 8 \
+    --out "$OUT/rl_speed-llama11b-random-fast-dynamic.json"
   tail -n 14 "$OUT"/logs/*.log; exit 0
 fi
 if [ "${FROZEN:-0}" = 1 ]; then

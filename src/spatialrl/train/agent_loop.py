@@ -124,40 +124,50 @@ class EnvPool:
         deterministic given seed, options and answers) and the saved trajectory — token segments
         included — continues, so a resumed run sees exactly the token stream an uninterrupted one would.
         """
+        if resume is None:
+            self.start_many([(index, spec, group)])
+            return
         slot = self.slots[index]
-        t0 = time.perf_counter()
         obs, info = slot.env.reset(seed=spec.seed, options=dict(spec.reset_options))
-        self.seconds["env"] += time.perf_counter() - t0
         slot.spec, slot.prompter = spec, self.suite.make_prompter(self.options)
         slot.prompter.reset(obs, info)
         slot.history = []
-        if resume is not None:
-            answers, trajectory = resume
-            for text in answers:
-                obs, _, terminated, truncated, info = slot.env.step(text)
-                if terminated or truncated:
-                    raise RuntimeError(f"episode {spec.episode_id}: replay ended the episode; the env is not "
-                                       "deterministic given its seed, options and answers")
-                slot.prompter.update(text, obs, info)
-                slot.history.append(text)
-            slot.trajectory, slot.segment = trajectory, trajectory.segments[-1]
-            return
-        slot.trajectory = Trajectory(episode_id=spec.episode_id, group=group or spec.episode_id,
-                                     category=spec.category)
-        slot.segment = self._new_segment(slot)
+        answers, trajectory = resume
+        for text in answers:
+            obs, _, terminated, truncated, info = slot.env.step(text)
+            if terminated or truncated:
+                raise RuntimeError(f"episode {spec.episode_id}: replay ended the episode; the env is not "
+                                   "deterministic given its seed, options and answers")
+            slot.prompter.update(text, obs, info)
+            slot.history.append(text)
+        slot.trajectory, slot.segment = trajectory, trajectory.segments[-1]
+
+    def start_many(self, jobs: list[tuple[int, EpisodeSpec, str | None]]) -> None:
+        """Begin each ``(slot index, spec, group)``. The resets (rendering the first observation) and the
+        first prompts' tokenisation run in the env threads: PPO refills a slot per finished episode and
+        GRPO starts every slot at once, so done one by one they would leave the GPU idle."""
+        slots = [self.slots[i] for i, _, _ in jobs]
+        t0 = time.perf_counter()
+        resets = self._map(lambda job: self.slots[job[0]].env.reset(seed=job[1].seed,
+                                                                    options=dict(job[1].reset_options)), jobs)
+        self.seconds["env"] += time.perf_counter() - t0
+        for slot, (_, spec, group), (obs, info) in zip(slots, jobs, resets, strict=True):
+            slot.spec, slot.prompter = spec, self.suite.make_prompter(self.options)
+            slot.prompter.reset(obs, info)
+            slot.history = []
+            slot.trajectory = Trajectory(episode_id=spec.episode_id, group=group or spec.episode_id,
+                                         category=spec.category)
+        t0 = time.perf_counter()
+        segments = self._map(lambda slot: self._thread_turns().start(slot.prompter.messages()), slots)
+        self.seconds["tokenize"] += time.perf_counter() - t0
+        for slot, seg in zip(slots, segments, strict=True):
+            slot.segment = seg
+            slot.trajectory.segments.append(seg)
 
     def snapshot(self) -> list[tuple[EpisodeSpec, list[str], Trajectory] | None]:
         """What :meth:`start` needs to restore every slot (``None`` for an idle slot)."""
         return [(s.spec, list(s.history), s.trajectory) if s.spec is not None and s.trajectory is not None
                 else None for s in self.slots]
-
-    def _new_segment(self, slot: Slot) -> Segment:
-        t0 = time.perf_counter()
-        seg = self.turns.start(slot.prompter.messages())
-        self.seconds["tokenize"] += time.perf_counter() - t0
-        assert slot.trajectory is not None
-        slot.trajectory.segments.append(seg)
-        return seg
 
     def active(self) -> list[int]:
         return [i for i, s in enumerate(self.slots) if s.spec is not None]

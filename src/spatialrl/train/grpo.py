@@ -123,9 +123,8 @@ def rollout_multi(pool: EnvPool, specs: list[Any], group_size: int, update: int,
                   sampling: SamplingParams, generator: torch.Generator, max_batch_size: int | None,
                   vision_cache: Any = None, kv_cache: str = "dynamic") -> list[Trajectory]:
     """Play every task ``group_size`` times in lock-step; return all trajectories (grouped by task)."""
-    for k, spec in enumerate(specs):
-        for j in range(group_size):
-            pool.start(k * group_size + j, spec, group=f"{update}:{k}:{spec.episode_id}")
+    pool.start_many([(k * group_size + j, spec, f"{update}:{k}:{spec.episode_id}")
+                     for k, spec in enumerate(specs) for j in range(group_size)])
     done: list[Trajectory] = []
     while pool.active():
         _, finished = pool.turn(model, sampling, generator, max_batch_size=max_batch_size, vision_cache=vision_cache,

@@ -218,11 +218,11 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
                 pool.start(i, spec, resume=(answers, trajectory))
 
     def refill() -> None:
-        for i, slot in enumerate(pool.slots):
-            if slot.spec is None:
-                k = rollout_state["episodes_started"]
-                pool.start(i, episodes[next_episode(k, 1)[0]])
-                rollout_state["episodes_started"] = k + 1
+        idle = [i for i, slot in enumerate(pool.slots) if slot.spec is None]
+        k = rollout_state["episodes_started"]
+        picks = next_episode(k, len(idle)) if idle else []
+        pool.start_many([(i, episodes[j], None) for i, j in zip(idle, picks, strict=True)])
+        rollout_state["episodes_started"] = k + len(idle)
 
     tracker = Tracker(accelerator, out, cfg.logging, cfg)
     tracker.log(update, {"setup/params_trainable": trainable, "setup/params_total": total_params,
