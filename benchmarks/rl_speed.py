@@ -90,7 +90,8 @@ def run_ppo(args, model, processor, data, out, offload) -> dict[str, Any]:
 
     over = common_overrides(args, data, out, offload)
     over.update({"num_envs": args.num_envs, "num_steps": args.num_steps, "ppo_epochs": args.ppo_epochs,
-                 "minibatch_size": args.mb, "grad_accum": args.accum, "sampling.temperature": 0.2,
+                 "minibatch_size": args.mb, "grad_accum": args.accum, "shuffle": args.order,
+                 "sampling.temperature": 0.2,
                  "optim.lr": 1e-7, "optim.max_grad_norm": 0.01})
     cfg = load_config(PPOConfig, HERE.parent / "configs/ppo/tiny_cpu.yaml", over)
     t0 = time.perf_counter()
@@ -98,9 +99,11 @@ def run_ppo(args, model, processor, data, out, offload) -> dict[str, Any]:
     r = last_update(out)
     return {"algo": "ppo", "offload": offload, "samples_per_min": r["train/samples_per_minute"],
             "update_seconds": r["train/update_seconds"], "collect_seconds": r["train/collect_seconds"],
+            "score_train_seconds": r["train/update_seconds"] - r["train/collect_seconds"],  # scoring + epochs
             "samples_per_update": r["charts/update_samples"], "wall_seconds": time.perf_counter() - t0,
             **{k.split("/")[1]: r[k] for k in ("train/generate_seconds", "train/env_seconds", "train/tokenize_seconds")},
-            "num_envs": args.num_envs, "ppo_epochs": args.ppo_epochs, "minibatch_size": args.mb, "grad_accum": args.accum}
+            "num_envs": args.num_envs, "ppo_epochs": args.ppo_epochs, "minibatch_size": args.mb, "grad_accum": args.accum,
+            "shuffle": args.order}
 
 
 def run_grpo(args, model, processor, data, out, offload) -> dict[str, Any]:
@@ -137,6 +140,8 @@ def main() -> None:
     ap.add_argument("--minibatch-size", type=int, nargs="+", default=[4],
                     help="samples per forward (PPO; GRPO micro-batch); several values run side by side at the "
                          "first one's samples per optimiser step (--grad-accum scaled)")
+    ap.add_argument("--shuffle", nargs="+", default=["samples"], choices=["samples", "batches"],
+                    help="PPO epoch order per row (batches: the scoring pass's micro-batches, one turn each)")
     ap.add_argument("--grad-accum", type=int, default=16, help="PPO micro-batches per optimiser step at the first --minibatch-size")
     ap.add_argument("--tasks", type=int, default=8, help="GRPO tasks per update")
     ap.add_argument("--group-size", type=int, default=8)
@@ -177,11 +182,12 @@ def main() -> None:
     data = write_dataset(tmp / "city", random_routes(16, seed=0), pano_size=(1024, 512))
 
     rows = []
-    grid = [(o, c, k, r, m) for o in args.offload for c in args.vision_cache_mb for k in args.kv_cache for r in args.lora
-            for m in args.minibatch_size]
+    grid = [(o, c, k, r, m, sh) for o in args.offload for c in args.vision_cache_mb for k in args.kv_cache for r in args.lora
+            for m in args.minibatch_size for sh in args.shuffle]
     per_step = args.minibatch_size[0] * args.grad_accum
-    for offload, cache_mb, kv, lora_r, mb in grid:
+    for offload, cache_mb, kv, lora_r, mb, order in grid:
         args.cache_mb, args.kv, args.lora_r, args.mb, args.accum = cache_mb, kv, lora_r, mb, max(1, per_step // mb)
+        args.order = order
         for algo in args.algos:
             model, processor = build(args.model, args.device)
             params = sum(p.numel() for p in model.parameters())
@@ -189,11 +195,12 @@ def main() -> None:
                 torch.cuda.reset_peak_memory_stats()
             runner = run_ppo if algo == "ppo" else run_grpo
             try:
-                row = runner(args, model, processor, data, tmp / f"{algo}-{offload}-{cache_mb:g}-{kv}-{lora_r}-{mb}",
-                             offload == "cpu")
+                run_dir = tmp / f"{algo}-{offload}-{cache_mb:g}-{kv}-{lora_r}-{mb}-{order}"
+                row = runner(args, model, processor, data, run_dir, offload == "cpu")
             except torch.OutOfMemoryError as e:
                 row = {"algo": algo, "offload": offload == "cpu", "error": f"out of memory: {str(e)[:200]}"}
-            row.update(params=params, vision_cache_mb=cache_mb, kv_cache=kv, lora_r=lora_r, minibatch_size=mb)
+            row.update(params=params, vision_cache_mb=cache_mb, kv_cache=kv, lora_r=lora_r, minibatch_size=mb,
+                       shuffle=order if algo == "ppo" else None)
             if args.device != "cpu":
                 row["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
             rows.append(row)
@@ -205,17 +212,18 @@ def main() -> None:
                 torch.cuda.empty_cache()
 
     print(f"\n{args.model} on {machine}; V-IRL VL {args.grid_size}² grids, {args.new_tokens}-token answers")
-    print(f"{'algo':<5} {'offload':<8} {'cache MB':>8} {'kv':<7} {'lora':>4} {'mb':>3} {'samples/min':>11} {'update s':>9} "
-          f"{'rollout s':>9} {'generate':>8} {'env':>5} {'tokenize':>8} {'peak GiB':>9}")
+    print(f"{'algo':<5} {'offload':<8} {'cache MB':>8} {'kv':<7} {'lora':>4} {'mb':>3} {'shuffle':<7} {'samples/min':>11} "
+          f"{'update s':>9} {'rollout s':>9} {'generate':>8} {'env':>5} {'tokenize':>8} {'score+train':>11} {'peak GiB':>9}")
     for r in rows:
-        lead = f"{r['algo']:<5} {str(r['offload']):<8} {r['vision_cache_mb']:>8.0f} {r['kv_cache']:<7} {r['lora_r']:>4} {r['minibatch_size']:>3}"
+        lead = (f"{r['algo']:<5} {str(r['offload']):<8} {r['vision_cache_mb']:>8.0f} {r['kv_cache']:<7} {r['lora_r']:>4} "
+                f"{r['minibatch_size']:>3} {str(r.get('shuffle') or '-'):<7}")
         if "error" in r:
             print(f"{lead} {r['error']}")
             continue
         spm = f"{r['samples_per_min']:,.1f}" if "samples_per_min" in r else "-"
         roll = r.get("collect_seconds", r.get("rollout_seconds", 0.0))
         print(f"{lead} {spm:>11} {r['update_seconds']:>9.1f} {roll:>9.1f} {r['generate_seconds']:>8.1f} "
-              f"{r['env_seconds']:>5.1f} {r['tokenize_seconds']:>8.1f} "
+              f"{r['env_seconds']:>5.1f} {r['tokenize_seconds']:>8.1f} {r.get('score_train_seconds', 0.0):>11.1f} "
               f"{r.get('peak_gpu_gib', 0.0):>9.1f}")
     print(f"seed: PPO ~{SEED_PPO_SAMPLES_PER_MIN:.0f} samples/min on 8×H800; rollout {SEED_ROLLOUT}; "
           f"target for the 11B-class model: >= {TARGET_11B:.0f} PPO samples/min on one H200")
