@@ -132,3 +132,27 @@ def test_env_threads_change_no_number(tmp_path, tiny_model_dir):
     for key, value in one.items():
         if key.startswith(("losses/", "rollout/", "episodes/")):
             assert three[key] == pytest.approx(value, abs=1e-6), key
+
+
+def test_env_threads_change_no_number_in_grpo(tmp_path, tiny_model_dir):
+    """Multi-turn GRPO on V-IRL starts a task's G copies at once (``EnvPool.start_many``: resets and first
+    prompts in the env threads): one update is the same number for number with 1 and 3 threads."""
+    from spatialrl.envs.virl.testdata import golden_routes, write_dataset
+    from spatialrl.io import read_jsonl
+    from spatialrl.train.grpo import train as grpo
+
+    virl = write_dataset(tmp_path / "virl", golden_routes(), seed=0)
+    rows = {}
+    for threads in (1, 3):
+        cfg = load_config(GRPOConfig, REPO / "configs/grpo/tiny_cpu.yaml", {
+            "model.path": str(tiny_model_dir), "output_dir": str(tmp_path / f"t{threads}"), "updates": 1,
+            "mode": "multi", "checkpoint.every": 0, "task.name": "virl", "task.data": str(virl),
+            "tasks_per_update": 2, "group_size": 3, "task.env_threads": threads, "sampling.max_new_tokens": 8,
+            "task.max_turns": 3, "task.options": {"grid_size": 112, "episodes": 4, "seed": 42}})
+        grpo(cfg)
+        rows[threads] = [r for r in read_jsonl(tmp_path / f"t{threads}" / "metrics.jsonl") if "losses/policy_loss" in r]
+    (one,), (three,) = rows[1], rows[3]
+    assert three["train/env_seconds"] > 0 and three["rollout/trajectories"] == 6
+    for key, value in one.items():
+        if key.startswith(("losses/", "rollout/", "rewards/")):
+            assert three[key] == pytest.approx(value, abs=1e-6), key
