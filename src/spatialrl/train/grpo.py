@@ -52,6 +52,7 @@ from spatialrl.train.common import (
     save_checkpoint,
 )
 from spatialrl.train.config import config_to_dict
+from spatialrl.train.merged_rollout import merged_rollout, rollout_model
 from spatialrl.train.policy_ops import collate_inputs, sample_segments, score_tokens
 from spatialrl.train.rl_common import (
     backward_scaled,
@@ -343,6 +344,7 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
     last: dict[str, float] = {}
     stopped_early = False
     unwrapped = accelerator.unwrap_model(model)
+    merged = merged_rollout(cfg.sampling, unwrapped)
     while update < cfg.updates:
         t0 = time.perf_counter()
         # 1. rollout (the in-training model samples; eval mode, no grad)
@@ -350,14 +352,15 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
         unwrapped.eval()
         items = next_items(update * per_update, per_update)
         vision_cache = rollout_vision_cache(unwrapped, cfg.sampling)
+        policy = rollout_model(merged, unwrapped)
         with accelerator.autocast():
             if cfg.mode == "single":
-                trajs = rollout_single(turns, [prompts[i] for i in items], cfg.group_size, update, unwrapped,
+                trajs = rollout_single(turns, [prompts[i] for i in items], cfg.group_size, update, policy,
                                        sampling, generator, cfg.single.reward, max_gen_batch, vision_cache,
                                        cfg.sampling.kv_cache)
             else:
                 assert pool is not None
-                trajs = rollout_multi(pool, [episodes[i] for i in items], cfg.group_size, update, unwrapped,
+                trajs = rollout_multi(pool, [episodes[i] for i in items], cfg.group_size, update, policy,
                                       sampling, generator, max_gen_batch, vision_cache, cfg.sampling.kv_cache)
         t_rollout = time.perf_counter() - t0
         split = {f"train/{k}_seconds": v for k, v in pool.take_seconds().items()} if pool is not None else {}

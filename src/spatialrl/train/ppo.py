@@ -59,6 +59,7 @@ from spatialrl.train.common import (
     save_checkpoint,
 )
 from spatialrl.train.config import config_to_dict
+from spatialrl.train.merged_rollout import merged_rollout, rollout_model
 from spatialrl.train.policy_ops import collate_inputs, score_tokens, token_char_ends
 from spatialrl.train.rl_common import (
     backward_scaled,
@@ -189,6 +190,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
     set_lr = lr_setter(optimizer, cfg.optim, period)  # stepped once per update (CosineAnnealingLR, T_max)
     unwrapped = accelerator.unwrap_model(model)
     value_head = unwrapped.value_head
+    merged = merged_rollout(cfg.sampling, unwrapped)
     turns = TurnTokenizer(processor, model_type)
     tokenizer = turns.tokenizer
     sampling = SamplingParams(temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
@@ -262,6 +264,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
         chatty = update == first_update or (update + 1) % max(1, cfg.logging.every) == 0
         unwrapped.eval()
         generator = rollout_generator(cfg.seed, rank, update, accelerator.device)  # sampling runs on the model's device
+        policy = rollout_model(merged, unwrapped)
         storage: list[list[Step]] = []
         vision_cache = rollout_vision_cache(unwrapped, cfg.sampling)
         last_step.clear()
@@ -272,7 +275,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
                 for _attempt in range(2):  # a slot cut before sampling (token budget) is refilled and retried
                     refill()
                     todo = [i for i in range(cfg.num_envs) if i not in row]
-                    steps, done = pool.turn(unwrapped, sampling, generator, slots=todo, on_cut=on_cut,
+                    steps, done = pool.turn(policy, sampling, generator, slots=todo, on_cut=on_cut,
                                             max_batch_size=cfg.sampling.max_batch_size or None,
                                             vision_cache=vision_cache, kv_cache=cfg.sampling.kv_cache)
                     finished.extend(done)

@@ -55,6 +55,10 @@ class SamplingConfig:
         "KV cache of rollout generation: 'dynamic' (eager decoding) or 'static' (fixed shapes, which "
         "generate() compiles with torch.compile on a GPU; batches are filled to max_batch_size and "
         "prompts left-padded to a multiple of 256 tokens to keep recompiles few)."))
+    merge_lora: bool = field(default=False, metadata=_help(
+        "With model.lora: sample rollouts from a copy of the model with the adapters merged into its weights "
+        "(refreshed every update; one more copy of the language model in memory), so decoding skips the "
+        "adapters' extra kernels. Sampling log-probs then differ in the last bits; no loss uses them."))
 
 
 # The run-control fields PPO and GRPO share (make_optimizer reads them from either config).
