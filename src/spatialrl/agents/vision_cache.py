@@ -123,10 +123,12 @@ class VisionCache:
         return any(p.requires_grad for t in (towers if towers is not None else _towers(model)) for p in t.parameters())
 
     # ------------------------------------------------------------------ validity
-    def _check_weights(self, model: Any, towers: list[torch.nn.Module]) -> None:
+    def _check_weights(self, towers: list[torch.nn.Module]) -> None:
         params = tuple((p.data_ptr(), p._version) for t in towers for p in t.parameters())
         adapters = tuple((bool(m.disable_adapters), tuple(m.active_adapters)) for m in _adapter_layers(towers))
-        signature = (id(model), params, adapters)
+        # Features depend on the towers alone, so two models sharing one tower (a merged-LoRA rollout copy,
+        # train/merged_rollout.py, and the trained model) share the entries.
+        signature = (params, adapters)
         if signature != self._signature:
             self.clear()
             self._signature = signature
@@ -143,7 +145,7 @@ class VisionCache:
         towers = _towers(model)
         if torch.is_grad_enabled() and self.tower_trainable(model, towers):
             return _moved(inputs, device)
-        self._check_weights(model, towers)
+        self._check_weights(towers)
         device = torch.device(device) if device is not None else inputs["pixel_values"].device
         if family == "mllama":
             return self._prepare_mllama(model, inputs, device)
