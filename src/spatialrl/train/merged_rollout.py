@@ -56,8 +56,9 @@ class MergedRollout:
             parent_name, _, child = name.rpartition(".")
             parent = dup.get_submodule(parent_name) if parent_name else dup
             setattr(parent, child, dup.get_submodule(name).get_base_layer())
+        tower = {id(p) for m in shared for p in m.parameters()}  # the trained model's: left as they are
         for p in dup.parameters():
-            if not any(p is q for m in shared for q in m.parameters()):
+            if id(p) not in tower:
                 p.requires_grad_(False)
         dup.eval()
         self.model = dup
