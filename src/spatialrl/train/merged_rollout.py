@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from spatialrl.agents.vision_cache import VISION_MODULE_NAMES
+from spatialrl.agents.vision_cache import _towers
 from spatialrl.errors import DataError
 
 
@@ -46,7 +46,7 @@ class MergedRollout:
         if not layers:
             raise DataError("sampling.merge_lora: the policy has no LoRA layers")
         # share the modules the adapters do not touch and that are large: the vision tower and projector
-        shared = [m for name, m in base.named_modules() if name.rsplit(".", 1)[-1] in VISION_MODULE_NAMES]
+        shared = _towers(base)
         memo: dict[int, Any] = {}
         for module in shared:
             for obj in (module, *module.parameters(), *module.buffers()):

@@ -291,11 +291,11 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
                 if chatty and rows > 1:
                     tracker.phase(update + 1, f"turn {len(storage)}/{rows} sampled at {time.perf_counter() - t0:.1f} s")
         t_collect = time.perf_counter() - t0
-        split = {f"train/{k}_seconds": v for k, v in pool.take_seconds().items()}  # where the rollout went
+        seconds = pool.take_seconds()
+        split = {f"train/{k}_seconds": v for k, v in seconds.items()}  # where the rollout went
         if chatty:
             tracker.phase(update + 1, f"collected {rows * cfg.num_envs} steps in {t_collect:.1f} s ("
-                          + ", ".join(f"{k.split('/')[1].removesuffix('_seconds')} {v:.1f} s" for k, v in split.items())
-                          + ")")
+                          + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()) + ")")
 
         # 2. score every step (old log-probs, values) and the bootstrap values of the next states
         samples = [[make_sample(s, tokenizer, cfg) for s in row] for row in storage]
