@@ -76,3 +76,84 @@ def test_replay_resimulates_a_recorded_run(tmp_path, count_suite):
     assert [f["response"] for f in frames] == [None, "+1", "+1", "+1", "stop"]
     assert [f["view"]["texts"][0]["text"] for f in frames] == ["n=0", "n=1", "n=2", "n=3", "n=3"]
     assert c.get("/api/replay/nope").status_code == 404
+
+
+# --- issue 23, fault 9: one recorded episode per id, idle sessions expire, messages say what happened
+
+
+def _finish(c, session, responses=("stop",)):
+    for r in responses:
+        s = c.post(f"/api/session/{session}/act", json={"response": r}).json()
+    return s
+
+
+def test_one_episode_id_cannot_be_open_in_two_sessions(client):
+    c, out = client
+    a = c.post("/api/session", json={"episode_id": "ep0"}).json()
+    r = c.post("/api/session", json={"episode_id": "ep0"})
+    assert r.status_code == 409 and "open in another session" in r.json()["detail"]
+    _finish(c, a["session"])
+    assert [e["episode_id"] for e in load_run(out).episodes] == ["ep0"]
+
+
+def test_two_sessions_of_one_episode_record_it_once(tmp_path, count_suite):
+    """Two servers on one run folder (each with its own sessions): the second finish is not recorded."""
+    out = tmp_path / "human"
+    c1 = TestClient(create_app(PlayState(count_suite, {"n": 6}, out)))
+    c2 = TestClient(create_app(PlayState(count_suite, {"n": 6}, out)))
+    a = c1.post("/api/session", json={"episode_id": "ep1"}).json()
+    b = c2.post("/api/session", json={"episode_id": "ep1"}).json()
+    ra = _finish(c1, a["session"], ("+1", "stop"))
+    rb = _finish(c2, b["session"], ("stop",))
+    assert ra["recorded"] and "recorded in" in ra["message"]
+    assert not rb["recorded"] and "already recorded" in rb["message"]
+    run = load_run(out)
+    assert [e["episode_id"] for e in run.episodes] == ["ep1"]
+    assert [st["response"] for st in run.steps] == ["+1", "stop"]  # only the recorded play's steps
+
+
+def test_idle_sessions_expire_and_free_their_episode(tmp_path, count_suite):
+    import time
+
+    c = TestClient(create_app(PlayState(count_suite, {"n": 2}, tmp_path / "human", idle_timeout_s=0.3)))
+    a = c.post("/api/session", json={}).json()
+    b = c.post("/api/session", json={}).json()
+    r = c.post("/api/session", json={})  # both unplayed episodes open in abandoned sessions
+    assert r.status_code == 409
+    msg = r.json()["detail"]
+    assert "open in other sessions" in msg and "expires in" in msg and "has been played" not in msg
+    time.sleep(0.45)
+    r = c.post(f"/api/session/{a['session']}/act", json={"response": "stop"})
+    assert r.status_code == 410 and "expired" in r.json()["detail"] and "not recorded" in r.json()["detail"]
+    s = c.post("/api/session", json={}).json()  # the abandoned episodes are free again
+    assert s["episode_id"] == a["episode_id"]
+    assert c.get(f"/api/session/{b['session']}").status_code == 410
+    _finish(c, s["session"])
+    s = c.post("/api/session", json={}).json()
+    _finish(c, s["session"], ("+1", "stop"))
+    r = c.post("/api/session", json={})
+    assert r.status_code == 409 and "every episode of this split has been played (2 recorded" in r.json()["detail"]
+
+
+def test_abandoned_sessions_do_not_lock_the_page_out(tmp_path, count_suite):
+    import time
+
+    state = PlayState(count_suite, {"n": 40}, tmp_path / "human", idle_timeout_s=0.3, max_sessions=4)
+    c = TestClient(create_app(state))
+    for _ in range(4):
+        assert c.post("/api/session", json={}).status_code == 200
+    r = c.post("/api/session", json={})
+    assert r.status_code == 429 and "expires in" in r.json()["detail"] and "Retry-After" in r.headers
+    time.sleep(0.45)
+    assert c.post("/api/session", json={}).status_code == 200  # the four abandoned ones expired
+    assert len(state.sessions) == 1
+
+
+def test_closing_a_session_frees_its_episode(client):
+    c, _ = client
+    a = c.post("/api/session", json={"episode_id": "ep2"}).json()
+    r = c.post(f"/api/session/{a['session']}/close").json()
+    assert r["closed"] and not r["recorded"]
+    assert c.post("/api/session", json={"episode_id": "ep2"}).status_code == 200
+    r = c.get(f"/api/session/{a['session']}")
+    assert r.status_code == 410 and "closed" in r.json()["detail"]

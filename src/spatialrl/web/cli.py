@@ -16,6 +16,8 @@ def play_command(
     replay: Annotated[Path | None, typer.Option(help="A run folder (model or human) to step through.")] = None,
     host: Annotated[str, typer.Option(help="Bind address (localhost only by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option()] = 8765,
+    idle_timeout: Annotated[float, typer.Option(
+        help="Minutes after which an idle unfinished session expires and its episode is free again.")] = 30.0,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Task option key=value (repeatable).")] = None,
 ) -> None:
     """Play a task in the browser with the papers' human protocol; episodes are recorded like model runs."""
@@ -32,6 +34,8 @@ def play_command(
     if split is not None:
         options["split"] = split
     options.update(parse_sets(set_))
-    state = PlayState(suite, options, out, replay_dir=replay)
+    if not idle_timeout > 0:
+        raise typer.BadParameter(f"must be > 0 minutes, got {idle_timeout}", param_hint="--idle-timeout")
+    state = PlayState(suite, options, out, replay_dir=replay, idle_timeout_s=idle_timeout * 60.0)
     typer.echo(f"spatialrl play: http://{host}:{port}/  (episodes recorded in {out})")
     uvicorn.run(create_app(state), host=host, port=port, log_level="warning")
