@@ -13,7 +13,7 @@ def test_threaded_env_steps_give_identical_records(tmp_path):
     data = write_dataset(tmp_path / "toy", random_routes(4, 1))
     suite = get_suite("virl")
     options = {**suite.default_options, "data": str(data), "grid_size": 224, "episodes": 6, "split": "all",
-               "cache_mb": 0}
+               "visual_data": str(data), "cache_mb": 0}
     eps = suite.episodes(options)
     for name, threads in (("seq", 1), ("thr", 4)):
         run_episodes(suite, options, RandomPolicy(5), eps, batch_size=6, out_dir=tmp_path / name,

@@ -5,8 +5,11 @@ Splits (``--split``, or a comma list, or ``all``):
 - ``in-dist``: 48 episodes, absolute actions, routes drawn by ``random.choice`` from a sequence seeded
   once with 12 (the reference evaluator; every episode's heading and drops come from that sequence);
 - ``rule-ood``: the same 48 draws with the relative action space;
-- ``visual-ood``: the first 18 routes of ``visual_data`` (default ``data``) in file order — the real
-  ``VLN_mini`` has 18 routes over 9 cities — absolute actions, headings from the seed-12 sequence.
+- ``visual-ood``: the first 18 routes of ``visual_data`` in file order — the real ``VLN_mini`` has 18
+  routes over 9 cities — absolute actions, headings from the seed-12 sequence. ``visual_data`` is
+  required for this split (a visually different dataset; pass the ``data`` folder itself to evaluate
+  on the training city on purpose): falling back to ``data`` silently would report in-distribution
+  pixels as visual-OOD.
 
 Options (``--set key=value``): ``data`` (dataset folder, required), ``visual_data``, ``split``, ``mode``
 (``vl`` | ``l``), ``grid_size`` (2405 for parity; e.g. 448 for small models), ``rail_mode``
@@ -60,6 +63,14 @@ def split_names(split: str) -> list[str]:
     return names
 
 
+VISUAL_DATA_HELP = (
+    "virl: the visual-ood split needs a second, visually different dataset: --set visual_data=DIR "
+    "(the real data: .../VIRL_routes/VLN_mini; or generate a second city, e.g. "
+    "`spatialrl virl make-city --style hillside --routes 18 --seed 1 --out data/hillside`). "
+    "To run visual-ood on the training data on purpose, pass --set visual_data=<the --data folder>."
+)
+
+
 def make_env(options: dict[str, Any]) -> Any:
     import gymnasium as gym
 
@@ -95,10 +106,13 @@ def episodes(options: dict[str, Any]) -> list[EpisodeSpec]:
     from spatialrl.envs.virl.validate import load_dataset
 
     opts = _check(options)
+    names = split_names(opts["split"])
+    if "visual-ood" in names and not opts.get("visual_data"):
+        raise SpatialRLError(VISUAL_DATA_HELP)
     specs: list[EpisodeSpec] = []
-    for split in split_names(opts["split"]):
+    for split in names:
         cfg = SPLITS[split]
-        data = (opts.get("visual_data") or opts["data"]) if split == "visual-ood" else opts["data"]
+        data = opts["visual_data"] if split == "visual-ood" else opts["data"]
         dataset = load_dataset(data, images=opts["mode"] == "vl", progress=True)
         n = int(opts.get("episodes") or cfg["n"])
         if cfg["ordered"]:
