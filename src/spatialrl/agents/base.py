@@ -30,6 +30,18 @@ class SamplingParams:
     top_p: float = 1.0
     max_new_tokens: int = 64
     seed: int | None = None
+    # Per-conversation stream ids of one generate call, set by the runner from each episode's id and turn.
+    # Seeded policies draw conversation i from a generator seeded by (seed, streams[i]), so an episode's
+    # answers do not depend on the batch it is in or on where a resumed run was killed.
+    streams: tuple[int, ...] | None = None
+
+    def stream_seed(self, i: int, seed: int | None = None) -> list[int] | None:
+        """Seed material (for ``np.random.default_rng`` / hashing) of conversation ``i``: ``[seed, stream]``.
+        ``seed`` defaults to ``self.seed``; None when unseeded or when no streams were given."""
+        seed = self.seed if seed is None else seed
+        if seed is None or self.streams is None:
+            return None
+        return [int(seed) & (2**63 - 1), int(self.streams[i])]
 
     @property
     def greedy(self) -> bool:

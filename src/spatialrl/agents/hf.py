@@ -44,10 +44,15 @@ class TokenSampler(LogitsProcessor):
     the unrestricted distribution, which a teacher-forced forward pass reproduces.
     """
 
-    def __init__(self, sampling: SamplingParams, generator: torch.Generator | None, banned: list[int]):
+    def __init__(self, sampling: SamplingParams, generator: torch.Generator | None, banned: list[int],
+                 row_seeds: list[list[int]] | None = None):
         self.sampling = sampling
         self.generator = generator
         self.banned = banned
+        # Per-row seed material (``SamplingParams.stream_seed``): row i's token at step k is drawn by
+        # inverse-CDF from one uniform of ``default_rng([*row_seeds[i], k])``, so a row's draws do not
+        # depend on the other rows of the batch (batch size, resume point). None: one shared generator.
+        self.row_seeds = row_seeds
         self.chosen: list[torch.Tensor] = []
         self.logprobs: list[torch.Tensor] = []
 
@@ -64,7 +69,15 @@ class TokenSampler(LogitsProcessor):
                 drop = (sorted_p.cumsum(dim=-1) - sorted_p) >= self.sampling.top_p  # keeps at least one
                 sorted_p = sorted_p.masked_fill(drop, 0.0)
                 probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
-            chosen = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+            if self.row_seeds is not None:
+                k = len(self.chosen)
+                u = torch.tensor([np.random.default_rng([*seed, k]).random() for seed in self.row_seeds],
+                                 dtype=torch.float64, device=probs.device)
+                cdf = probs.double().cumsum(dim=-1)
+                chosen = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(-1)
+                chosen = chosen.clamp_(max=probs.shape[-1] - 1)
+            else:
+                chosen = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
         self.chosen.append(chosen)
         self.logprobs.append(logp.gather(-1, chosen[:, None]).squeeze(-1))
         out = torch.full_like(scores, float("-inf"))
@@ -286,14 +299,18 @@ class HFPolicy:
         step = self.max_batch_size or max(1, len(ready))
         for start in range(0, len(ready), step):
             chunk = ready[start : start + step]
-            for (i, _), gen in zip(chunk, self._generate_safe([e for _, e in chunk], sampling), strict=True):
+            seeds = [sampling.stream_seed(i) for i, _ in chunk]
+            row_seeds = seeds if all(x is not None for x in seeds) else None
+            for (i, _), gen in zip(chunk, self._generate_safe([e for _, e in chunk], sampling, row_seeds),
+                                   strict=True):
                 results[i] = gen
         return [g for g in results if g is not None]
 
-    def _generate_safe(self, parts: list[dict[str, torch.Tensor]], sampling: SamplingParams) -> list[Generation]:
+    def _generate_safe(self, parts: list[dict[str, torch.Tensor]], sampling: SamplingParams,
+                       row_seeds: list[list[int]] | None = None) -> list[Generation]:
         """Generate, halving the batch on out-of-memory; a single conversation that still fails gets an error."""
         try:
-            return self._generate_batch(parts, sampling)
+            return self._generate_batch(parts, sampling, row_seeds)
         except torch.OutOfMemoryError as e:
             self.usage["oom_splits"] += 1
             if self.device.type == "cuda":
@@ -301,10 +318,13 @@ class HFPolicy:
             if len(parts) == 1:
                 return [Generation(text="", error=f"out of memory: {e}")]
             half = len(parts) // 2
-            return self._generate_safe(parts[:half], sampling) + self._generate_safe(parts[half:], sampling)
+            seeds = (row_seeds[:half], row_seeds[half:]) if row_seeds is not None else (None, None)
+            return (self._generate_safe(parts[:half], sampling, seeds[0])
+                    + self._generate_safe(parts[half:], sampling, seeds[1]))
 
     @torch.no_grad()
-    def _generate_batch(self, parts: list[dict[str, torch.Tensor]], sampling: SamplingParams) -> list[Generation]:
+    def _generate_batch(self, parts: list[dict[str, torch.Tensor]], sampling: SamplingParams,
+                        row_seeds: list[list[int]] | None = None) -> list[Generation]:
         inputs = self._model_inputs(collate(parts, self.pad_token_id))
         generator = None
         if not sampling.greedy:
@@ -313,7 +333,7 @@ class HFPolicy:
                 generator.manual_seed(sampling.seed)
             else:
                 generator.seed()
-        sampler = TokenSampler(sampling, generator, self.banned_token_ids)
+        sampler = TokenSampler(sampling, generator, self.banned_token_ids, row_seeds)
         prompt_len = inputs["input_ids"].shape[1]
         out = self.model.generate(
             **inputs,

@@ -1,6 +1,9 @@
 """The random agent: a uniform choice among the env's well-formed answers (``info["candidate_responses"]``).
 
 It is the chance baseline of every report. Seeded, so two runs with the same seed answer identically.
+Inside the runner each conversation is drawn from its own generator, seeded by (seed, the episode's id
+and turn: ``SamplingParams.streams``), so an episode's answers are the same at any ``--batch-size`` and
+after a resume from any kill point. Called without streams it draws from one generator per policy.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ class RandomPolicy:
     name = "random"
 
     def __init__(self, seed: int = 0):
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
 
     def generate(
@@ -27,9 +31,11 @@ class RandomPolicy:
         if infos is None or len(infos) != len(conversations):
             raise ValueError("the random policy needs the env info of every conversation (infos=...)")
         out = []
-        for info in infos:
+        for i, info in enumerate(infos):
             choices = info.get("candidate_responses")
             if not choices:
                 raise KeyError("env info has no 'candidate_responses'; this env does not support the random agent")
-            out.append(Generation(text=str(choices[int(self.rng.integers(len(choices)))])))
+            material = sampling.stream_seed(i, self.seed)
+            rng = np.random.default_rng(material) if material is not None else self.rng
+            out.append(Generation(text=str(choices[int(rng.integers(len(choices)))])))
         return out

@@ -23,12 +23,24 @@ def parse_sets(sets: list[str] | None) -> dict[str, Any]:
     return out
 
 
+def default_run_dir(task: str, agent: str, options: dict[str, Any]) -> Path:
+    """``runs/<task>-<split>-<agent>``, with the split the run will record (the task's default when none
+    is given), so the folder name matches run.json and the README's commands."""
+    from spatialrl.envs.registry import get_suite
+
+    split = options.get("split") or get_suite(task).default_options.get("split") or "default"
+    safe = {ord(c): "_" for c in "/\\@ "} | {ord(":"): "-", ord(","): "+"}
+    return Path("runs") / f"{task}-{str(split).translate(safe)}-{agent.translate(safe)}"
+
+
 def eval_command(
     task: Annotated[str, typer.Option(help="Task: tvr, virl or gp.")],
     agent: Annotated[str, typer.Option(help="expert | random | hf:PATH | openai:MODEL@URL | builtin:NAME")] = "expert",
     data: Annotated[str | None, typer.Option(help="Task data: TVR bench folder, V-IRL dataset folder.")] = None,
     split: Annotated[str | None, typer.Option(help="Split to evaluate (task-specific; default: the task's).")] = None,
-    out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<task>-<split>-<agent>).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Run folder (default runs/<task>-<split>-<agent>, split = the task's default when not given, "
+             "e.g. runs/tvr-eval-expert).")] = None,
     batch_size: Annotated[int, typer.Option(help="Episodes stepped together per generate call.")] = 8,
     limit: Annotated[int | None, typer.Option(help="Evaluate only the first N episodes (of each split).")] = None,
     temperature: Annotated[float, typer.Option(help="0 = greedy (the papers' default).")] = 0.0,
@@ -37,14 +49,17 @@ def eval_command(
     seed: Annotated[int, typer.Option(help="Seed of sampling and of the random agent.")] = 0,
     label: Annotated[str | None, typer.Option(help="Name of this run in reports (default: the agent).")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Task option key=value (repeatable).")] = None,
-    overwrite: Annotated[bool, typer.Option(help="Delete an existing run folder instead of resuming it.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite",
+                                            help="Delete an existing run folder instead of resuming it.")] = False,
     report: Annotated[bool, typer.Option(help="Write report.md/report.html into the run folder.")] = True,
+    retry_errors: Annotated[bool, typer.Option(
+        help="On a re-run, run episodes that ended with an error again (--no-retry-errors keeps them).")] = True,
 ) -> None:
     """Evaluate an agent on a task; resumable (re-running the same command skips finished episodes)."""
     from rich.console import Console
 
     from spatialrl.agents.base import SamplingParams
-    from spatialrl.eval.evaluate import evaluate
+    from spatialrl.eval.evaluate import check_not_all_errored, evaluate
     from spatialrl.eval.report import print_metrics, write_report
 
     console = Console()
@@ -58,19 +73,21 @@ def eval_command(
             options["limit"] = limit  # the suite applies it (per split where it has several)
         options.update(parse_sets(set_))
         if out is None:
-            safe_agent = agent.replace(":", "-").replace("/", "_").replace("@", "_")
-            out = Path("runs") / f"{task}-{options.get('split', 'default')}-{safe_agent}"
+            out = default_run_dir(task, agent, options)
         sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
         result, metrics = evaluate(task, agent, options, out, batch_size=batch_size, sampling=sampling,
-                                   label=label, overwrite=overwrite, seed=seed)
+                                   label=label, overwrite=overwrite, seed=seed, retry_errors=retry_errors)
+        again = [f"{n} {what}" for n, what in ((result.retried_errors, "errored before, run again"),
+                                               (result.redone_incomplete, "with torn step records, run again")) if n]
         console.print(
-            f"[green]{result.new_episodes} new episodes, {result.env_steps} env steps in {result.seconds:.1f}s "
-            f"→ {out}[/green]"
+            f"[green]{result.new_episodes} new episodes{' (' + ', '.join(again) + ')' if again else ''}, "
+            f"{result.env_steps} env steps in {result.seconds:.1f}s → {out}[/green]"
         )
         print_metrics(console, {label or agent: metrics})
         if report:
             md, html = write_report([out], out)
             console.print(f"report: {md} · {html}")
+        check_not_all_errored(result)
     except SpatialRLError as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None
@@ -85,7 +102,7 @@ def report_command(
     from rich.console import Console
 
     from spatialrl.eval.report import print_metrics, write_report
-    from spatialrl.eval.runs import load_run
+    from spatialrl.eval.runs import load_run, summarize_run
 
     console = Console()
     try:
@@ -95,7 +112,7 @@ def report_command(
         table = {}
         for path in runs:
             run = load_run(path)
-            table[run.label] = get_suite(run.config["task"]).summarize(run.episodes)
+            table[run.label] = summarize_run(get_suite(run.config["task"]), run.episodes)
         print_metrics(console, table)
         console.print(f"report: {md} · {html}")
     except SpatialRLError as e:

@@ -8,7 +8,8 @@ from typing import Any
 
 from spatialrl.agents.base import Policy, SamplingParams
 from spatialrl.envs.registry import get_suite
-from spatialrl.eval.runs import open_run_dir
+from spatialrl.errors import SpatialRLError
+from spatialrl.eval.runs import open_run_dir, summarize_run
 from spatialrl.io import atomic_write_json
 from spatialrl.rollout.runner import RunResult, run_episodes
 
@@ -26,19 +27,24 @@ def evaluate(
     overwrite: bool = False,
     seed: int = 0,
     progress: bool = True,
+    retry_errors: bool = True,
 ) -> tuple[RunResult, dict[str, dict[str, float]]]:
     """Evaluate ``agent`` (a spec such as ``expert`` or ``hf:PATH``, or a ready ``policy``) on ``task``.
 
     ``options`` are the suite's options (merged over its defaults). Writes ``run.json``,
     ``steps.jsonl``, ``episodes.jsonl``, ``metrics.json`` and the suite's extra files into ``out``;
-    re-running the same evaluation resumes it.
+    re-running the same evaluation resumes it (and runs episodes that ended with an error again, unless
+    ``retry_errors`` is False). Errored episodes are counted in ``metrics.json`` (``errors`` per
+    category, the first messages in ``overall.error_messages``) and left out of the other metrics.
     """
     suite = get_suite(task)
     options = {**suite.default_options, **options}
     sampling = sampling or SamplingParams()
     out = Path(out)
     episodes = suite.episodes(options)
-    config = {"task": task, "agent": agent, "options": options, "sampling": asdict(sampling),
+    # streams are per generate call (set by the runner), not part of a run's identity
+    config = {"task": task, "agent": agent, "options": options,
+              "sampling": {k: v for k, v in asdict(sampling).items() if k != "streams"},
               "label": label or agent}
     open_run_dir(out, config, overwrite=overwrite)
     if policy is None:
@@ -46,9 +52,19 @@ def evaluate(
 
         policy = load_policy(agent, seed=seed)
     result = run_episodes(suite, options, policy, episodes, batch_size=batch_size, sampling=sampling,
-                          out_dir=out, progress=progress)
-    metrics = suite.summarize(result.episodes)
+                          out_dir=out, progress=progress, retry_errors=retry_errors)
+    metrics = summarize_run(suite, result.episodes)
     atomic_write_json(out / "metrics.json", metrics)
     if suite.after_run is not None:
         suite.after_run(out, options)
     return result, metrics
+
+
+def check_not_all_errored(result: RunResult) -> None:
+    """Raise when every episode of a run ended with an error (nothing was measured): the message gives the
+    count and the first error, so a wrong URL, key or model name is seen at once."""
+    errored = result.errors
+    if result.episodes and len(errored) == len(result.episodes):
+        first = errored[0]
+        raise SpatialRLError(f"all {len(errored)} episodes ended with an error, nothing was measured; first "
+                             f"({first.get('episode_id')}): {first['error']}")

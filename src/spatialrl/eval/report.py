@@ -14,7 +14,7 @@ from typing import Any
 
 from spatialrl import __version__
 from spatialrl.envs.registry import get_suite
-from spatialrl.eval.runs import RunRecords, load_run
+from spatialrl.eval.runs import RunRecords, load_run, summarize_run
 from spatialrl.io import atomic_write_text
 
 Metrics = dict[str, dict[str, float]]
@@ -35,12 +35,36 @@ def _categories(metrics: Metrics) -> list[str]:
 
 
 def _metric_names(metrics: Metrics) -> list[str]:
+    """Names of the scalar metrics (list-valued entries such as ``error_messages`` are shown apart)."""
     names: list[str] = []
     for row in metrics.values():
-        for k in row:
-            if k not in names:
+        for k, v in row.items():
+            if k not in names and not isinstance(v, list | dict):
                 names.append(k)
     return names
+
+
+def error_lines(metrics: Metrics) -> list[str]:
+    """Sentences about the errored episodes of a run's metrics (from ``summarize_run``); [] when none."""
+    overall = metrics.get("overall", {})
+    n = int(overall.get("errors") or 0)
+    if not n:
+        return []
+    per_cat = ", ".join(f"{c} {int(metrics[c].get('errors') or 0)}" for c in _categories(metrics)
+                        if c != "overall" and metrics[c].get("errors"))
+    lines = [f"{n} episode(s) ended with an error and are left out of the metrics"
+             + (f" (per category: {per_cat})" if per_cat else "")
+             + "; re-running the same command runs them again."]
+    lines += [f"first errors: {m}" for m in overall.get("error_messages", [])]
+    return lines
+
+
+def print_errors(console: Any, label: str, metrics: Metrics) -> None:
+    """Print a run's error count and first messages (nothing when no episode errored)."""
+    from rich.markup import escape
+
+    for i, line in enumerate(error_lines(metrics)):
+        console.print(f"[red]{escape(label)}: {escape(line)}[/red]" if i == 0 else f"  {escape(line)}")
 
 
 def print_metrics(console: Any, table: dict[str, Metrics], max_rows: int = 14) -> None:
@@ -53,9 +77,12 @@ def print_metrics(console: Any, table: dict[str, Metrics], max_rows: int = 14) -
         t.add_column("metric")
         for c in cats:
             t.add_column(c, justify="right")
-        for n in _metric_names(metrics)[:max_rows]:
+        names = _metric_names(metrics)
+        shown = names[:max_rows] + [n for n in ("errors",) if n in names[max_rows:]]
+        for n in shown:
             t.add_row(n, *[_fmt(metrics[c].get(n, "")) for c in cats])
         console.print(t)
+        print_errors(console, label, metrics)
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
@@ -171,7 +198,7 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path, episodes_per_r
     body = [f"<h1>spatialrl evaluation report</h1><p>Generated {now} by spatialrl {__version__}.</p>"]
     for task, task_runs in by_task.items():
         suite = get_suite(task)
-        metrics = [(r.label, suite.summarize(r.episodes)) for r in task_runs]
+        metrics = [(r.label, summarize_run(suite, r.episodes)) for r in task_runs]
         md.append(f"## {task} — {suite.description}\n")
         body.append(f"<h2>{html_lib.escape(task)} — {html_lib.escape(suite.description)}</h2>")
         key = _success_key(metrics[0][1])
@@ -188,6 +215,11 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path, episodes_per_r
             md += [f"### {label}: all metrics\n", f"Run: `{where}`\n", _md_table(["metric"] + cats, rows), ""]
             body += [f"<h3>{html_lib.escape(label)}: all metrics</h3><p><code>{html_lib.escape(where)}</code></p>",
                      _html_table(["metric"] + cats, rows)]
+            errs = error_lines(m)
+            if errs:
+                md += [f"**Errors ({label}):** " + errs[0], ""] + [f"- `{e}`" for e in errs[1:]] + [""]
+                body += [f'<p class="bad"><b>Errors ({html_lib.escape(label)}):</b> {html_lib.escape(errs[0])}</p>'
+                         "<ul>" + "".join(f"<li><code>{html_lib.escape(e)}</code></li>" for e in errs[1:]) + "</ul>"]
         for name, plot in (("success", _plot_success), ("actions", _plot_actions)):
             png = assets / f"{task}_{name}.png"
             made = plot(task, metrics, png) if name == "success" else plot(task, task_runs, png)
@@ -203,13 +235,14 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path, episodes_per_r
                 run_assets = assets / f"{task}_{run.path.name}"
                 run_assets.mkdir(parents=True, exist_ok=True)
                 for ep in _pick_episodes(run, episodes_per_run):
-                    ok = "ok" if ep.get("success") else "bad"
+                    ok = "ok" if ep.get("success") and not ep.get("error") else "bad"
+                    verdict = "error" if ep.get("error") else "success" if ep.get("success") else "failure"
                     fragment = suite.render_episode(ep, steps_by_ep.get(ep["episode_id"], []),
                                                     run.config.get("options", {}), run_assets)
                     fragment = fragment.replace('src="', f'src="assets/{run_assets.name}/')
                     body.append(
                         f'<details><summary>{html_lib.escape(run.label)} · {html_lib.escape(ep["episode_id"])} · '
-                        f'<span class="{ok}">{"success" if ep.get("success") else "failure"}</span> · '
+                        f'<span class="{ok}">{verdict}</span> · '
                         f'{ep.get("n_steps")} steps</summary>{fragment}</details>'
                     )
     md_path, html_path = out / "report.md", out / "report.html"

@@ -61,3 +61,26 @@ def load_run(path: str | Path) -> RunRecords:
         episodes=list(read_jsonl(path / "episodes.jsonl")),
         steps=list(read_jsonl(path / "steps.jsonl")),
     )
+
+
+def summarize_run(suite: Any, records: list[dict[str, Any]], first_errors: int = 3) -> dict[str, dict[str, Any]]:
+    """The suite's metrics over the episodes that ran to their end, plus the errored ones counted apart.
+
+    An episode that ended with an ``error`` (the policy could not answer: server down, out of memory; the
+    runner's safety cap) says nothing about the agent, so it is left out of every suite metric (success
+    rate included). Every row gets ``errors``: how many episodes of that category errored; the
+    ``overall`` row also gets ``error_messages``: the first ``first_errors`` as ``"<episode id>: <error>"``.
+    """
+    from collections import Counter
+
+    ok = [r for r in records if not r.get("error")]
+    errored = [r for r in records if r.get("error")]
+    metrics: dict[str, dict[str, Any]] = {k: dict(v) for k, v in suite.summarize(ok).items()} if ok else {}
+    metrics.setdefault("overall", {})
+    by_cat = Counter(str(r.get("category")) for r in errored)
+    for cat in by_cat:
+        metrics.setdefault(cat, {})
+    for cat, row in metrics.items():
+        row["errors"] = len(errored) if cat == "overall" else by_cat.get(cat, 0)
+    metrics["overall"]["error_messages"] = [f"{r.get('episode_id')}: {r['error']}" for r in errored[:first_errors]]
+    return metrics

@@ -14,14 +14,23 @@ Records (when ``out_dir`` is given):
 
 Resume: episodes already in ``episodes.jsonl`` are skipped; step lines of episodes that never finished
 (a killed run) are dropped before those episodes restart, so nothing is lost or duplicated. An episode
-is written to ``episodes.jsonl`` only after all its step lines, so its presence means it is complete.
+is written to ``episodes.jsonl`` only after all its step lines, so its presence means it is complete;
+one whose step lines do not add up to its ``n_steps`` (a torn or lost ``steps.jsonl`` line) is re-run,
+and so, by default, is one that ended with an ``error`` (server down, out of memory: ``retry_errors``).
+
+Seeding: every conversation of a ``generate`` call carries a stream id derived from its episode id and
+turn (``SamplingParams.streams``); the random agent and seeded sampled decoding draw from a generator
+seeded by (run seed, stream id), so an episode's answers do not depend on the batch size, on the other
+episodes in the batch, or on where an earlier run was killed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,16 +61,74 @@ class RunResult:
     new_episodes: int
     env_steps: int
     seconds: float
+    retried_errors: int = 0  # episodes that had ended with an error in an earlier run and were run again
+    redone_incomplete: int = 0  # recorded episodes whose step lines were torn or missing, run again
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        """Records of the run's episodes that ended with an error (see :func:`error_summary`)."""
+        return [r for r in self.episodes if r.get("error")]
 
 
-def prepare_resume(out_dir: Path) -> set[str]:
-    """Return the ids of finished episodes in ``out_dir`` and drop step lines of unfinished ones."""
+@dataclass
+class Resume:
+    """What :func:`prepare_resume` found in a run folder."""
+
+    done: set[str]  # ids of complete episodes (kept, skipped by this run)
+    retried_errors: list[str] = field(default_factory=list)  # errored episodes dropped to run again
+    incomplete: list[str] = field(default_factory=list)  # recorded episodes with missing step lines
+
+
+def prepare_resume(out_dir: Path, retry_errors: bool = True) -> Resume:
+    """Keep the complete episodes of ``out_dir``; drop everything else so it is run again.
+
+    Dropped: step lines of unfinished episodes (a killed run), torn last lines, recorded episodes whose
+    step lines do not add up to their ``n_steps`` (a torn ``steps.jsonl`` line), and, with
+    ``retry_errors``, episodes that ended with an ``error``.
+    """
     episodes_path, steps_path = out_dir / "episodes.jsonl", out_dir / "steps.jsonl"
-    done = {r["episode_id"] for r in read_jsonl(episodes_path)}
-    # Rewrite both files from what parses: this also removes a torn last line left by a crash.
-    write_jsonl(episodes_path, list(read_jsonl(episodes_path)))
-    write_jsonl(steps_path, [r for r in read_jsonl(steps_path) if r.get("episode_id") in done])
-    return done
+    records = list(read_jsonl(episodes_path))
+    steps = list(read_jsonl(steps_path))
+    n_lines = Counter(s.get("episode_id") for s in steps)
+    ts: dict[Any, set[Any]] = {}
+    for s in steps:
+        ts.setdefault(s.get("episode_id"), set()).add(s.get("t"))
+    resume = Resume(done=set())
+    kept = []
+    for r in records:
+        eid = r.get("episode_id")
+        if eid in resume.done:
+            continue
+        n = r.get("n_steps")
+        if n_lines.get(eid, 0) != n or ts.get(eid, set()) != set(range(n if isinstance(n, int) else -1)):
+            resume.incomplete.append(eid)
+        elif retry_errors and r.get("error"):
+            resume.retried_errors.append(eid)
+        else:
+            resume.done.add(eid)
+            kept.append(r)
+    # Rewrite both files from what is kept: this also removes a torn last line left by a crash.
+    write_jsonl(episodes_path, kept)
+    write_jsonl(steps_path, [s for s in steps if s.get("episode_id") in resume.done])
+    return resume
+
+
+def episode_stream(episode_id: str, t: int) -> int:
+    """A stable 63-bit stream id for turn ``t`` of episode ``episode_id`` (same in every process/run)."""
+    digest = hashlib.sha256(f"{episode_id}\x00{t}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def error_summary(records: list[dict[str, Any]], first: int = 3) -> dict[str, Any]:
+    """``{"count", "by_category", "first": [{"episode_id", "category", "error"}, ...]}`` of errored episodes."""
+    errored = [r for r in records if r.get("error")]
+    by_cat = Counter(str(r.get("category")) for r in errored)
+    return {
+        "count": len(errored),
+        "by_category": dict(sorted(by_cat.items())),
+        "first": [{"episode_id": r.get("episode_id"), "category": r.get("category"), "error": str(r["error"])}
+                  for r in errored[:first]],
+    }
 
 
 def run_episodes(
@@ -76,13 +143,15 @@ def run_episodes(
     progress: bool = True,
     on_turn: TurnHook | None = None,
     env_threads: int = 1,
+    retry_errors: bool = True,
 ) -> RunResult:
     """Run ``episodes`` of ``suite`` with ``policy`` in lock-step batches of up to ``batch_size``.
 
     ``max_turns`` is a safety cap only; envs end their own episodes (budgets live in the env).
     ``env_threads`` > 1 steps the batch's envs in a thread pool (for suites whose envs declare
     ``thread_safe_envs``, e.g. V-IRL's cv2 panorama projection, which releases the GIL); records are
-    still written in slot order, so the output does not depend on it.
+    still written in slot order, so the output does not depend on it. ``retry_errors``: run episodes
+    that ended with an error in an earlier run of ``out_dir`` again (default) instead of keeping them.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -92,12 +161,13 @@ def run_episodes(
         raise ValueError("episode ids must be unique within a run")
 
     out = Path(out_dir) if out_dir is not None else None
-    done: set[str] = set()
+    resume = Resume(done=set())
     previous: list[dict[str, Any]] = []
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        done = prepare_resume(out)
+        resume = prepare_resume(out, retry_errors=retry_errors)
         previous = list(read_jsonl(out / "episodes.jsonl"))
+    done = resume.done
     pending = [e for e in episodes if e.episode_id not in done]
     pending.reverse()  # pop() from the end keeps the original order
 
@@ -157,7 +227,8 @@ def run_episodes(
             if not active:
                 break
             conversations = [s.prompter.messages() for s in active]
-            generations = policy.generate(conversations, sampling, [s.info for s in active])
+            streams = tuple(episode_stream(s.spec.episode_id, s.t) for s in active)
+            generations = policy.generate(conversations, replace(sampling, streams=streams), [s.info for s in active])
             if len(generations) != len(active):
                 raise RuntimeError(f"policy returned {len(generations)} generations for {len(active)} prompts")
             stepping = [(s, g) for s, g in zip(active, generations, strict=True) if g.error is None]
@@ -189,12 +260,12 @@ def run_episodes(
                     start(slot)
             if progress_bar is not None:
                 all_records = previous + finished
-                wins = sum(bool(r.get("success")) for r in all_records)
-                progress_bar.update(
-                    bar,
-                    completed=len(all_records),
-                    status=f"success {wins}/{len(all_records)} ({100 * wins / max(1, len(all_records)):.1f}%)",
-                )
+                n_err = sum(bool(r.get("error")) for r in all_records)
+                n_ok = len(all_records) - n_err
+                wins = sum(bool(r.get("success")) and not r.get("error") for r in all_records)
+                status = f"success {wins}/{n_ok} ({100 * wins / max(1, n_ok):.1f}%)"
+                progress_bar.update(bar, completed=len(all_records),
+                                    status=status + (f" · [red]{n_err} errored[/red]" if n_err else ""))
     finally:
         if pool is not None:
             pool.shutdown()
@@ -210,4 +281,5 @@ def run_episodes(
     by_id = {r["episode_id"]: r for r in previous + finished}
     ordered = [by_id[i] for i in ids if i in by_id] + [r for k, r in by_id.items() if k not in set(ids)]
     return RunResult(episodes=ordered, new_episodes=len(finished), env_steps=n_steps,
-                     seconds=time.perf_counter() - t0)
+                     seconds=time.perf_counter() - t0, retried_errors=len(resume.retried_errors),
+                     redone_incomplete=len(resume.incomplete))
