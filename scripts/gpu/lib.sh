@@ -21,6 +21,6 @@ PY
 
 make_city() {  # style routes seed out — a generated V-IRL city with 512 px panoramas (--tiny in smoke mode)
   local size=(--pano-width 512); [ "${SMOKE:-0}" = 1 ] && size=(--tiny)
-  spatialrl virl make-city --style "$1" --routes "$2" --seed "$3" --out "$4" --force --no-contact-sheet \
+  spatialrl virl make-city --style "$1" --routes "$2" --seed "$3" --out "$4" --overwrite --no-contact-sheet \
     "${size[@]}" ${CITY_ARGS:-}
 }

@@ -77,11 +77,11 @@ tvr_pipeline() {
   local bench=$TVR_BENCH_DIR
   if [ ! -f "$bench/bench.json" ]; then
     local args=(--sizes eval=200,sft=400,rl=0,diag_rotate=0,diag_move=0); [ "$SMOKE" = 1 ] && args=(--tiny)
-    spatialrl tvr make-bench --out "$bench" --seed 0 --force "${args[@]}" > "$OUT/logs/tvr-bench.log" 2>&1 \
+    spatialrl tvr make-bench --out "$bench" --seed 0 --overwrite "${args[@]}" > "$OUT/logs/tvr-bench.log" 2>&1 \
       && stamp "tvr bench built" || { stamp "FAILED: tvr bench (logs/tvr-bench.log)"; return; }
   fi
-  build tvr-va-sft --task tvr --data "$bench" --split sft --memory va --set width=$W --set height=$H &
-  build tvr-ao-sft --task tvr --data "$bench" --split sft --memory ao --set width=$W --set height=$H &
+  build tvr-va-sft --task tvr --data "$bench" --split sft --set memory=va --set width=$W --set height=$H &
+  build tvr-ao-sft --task tvr --data "$bench" --split sft --set memory=ao --set width=$W --set height=$H &
   wait
   train tvr-va-sft tvr_va_small.yaml &
   train tvr-ao-sft tvr_ao_small.yaml &

@@ -5,14 +5,47 @@ mounts them. Sub-command modules import heavy dependencies (torch, transformers)
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
+
+# One spelling per flag: each renamed flag keeps its old spelling as a hidden alias (see
+# docs/troubleshooting.md). Canonical: --overwrite (not --force), --data (not tvr show's --bench),
+# --set memory=... (not data sft's --memory).
+
+
+def tidy_flags(command: Any) -> None:
+    """Show plain on/off flags without a ``<bool>`` value placeholder in help (they take no value)."""
+    ctx = typer.Context(command, info_name=command.name)
+    for param in [*command.params, command.get_help_option(ctx)]:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        tidy_flags(sub)
+
+
+class _SpatialRLGroup(TyperGroup):
+    """The root group; tidies the help of every sub-command once the tree is built."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        tidy_flags(self)
+
+    def get_params(self, ctx: Any) -> Any:
+        params = super().get_params(ctx)  # the shell-completion flags are added after __init__
+        for param in params:
+            if getattr(param, "is_flag", False):
+                param.metavar = ""
+        return params
+
 
 app = typer.Typer(
     name="spatialrl",
     help="Train and benchmark vision-language-model agents on active spatial tasks.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
+    cls=_SpatialRLGroup,
 )
 
 # (module, attribute, name): a Typer sub-app mounted as `spatialrl <name> ...`, or a single command

@@ -193,7 +193,7 @@ def test_refuses_to_overwrite_and_leaves_nothing_half_written(tmp_path, monkeypa
     with pytest.raises(FileExistsError):
         writer.make_city("metro", 3, 0, out, tiny=True, progress=False)
     result = CliRunner().invoke(app, ["make-city", "--tiny", "--out", str(out)])
-    assert result.exit_code == 2 and "--force" in result.output
+    assert result.exit_code == 2 and "--overwrite" in result.output
 
     def crash(opts, root, progress, device):
         (root / "route_infos.json").write_text("[]")

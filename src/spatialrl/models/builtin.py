@@ -131,7 +131,7 @@ def init_model(preset: str, out: str | Path, seed: int = 0, force: bool = False)
     """Build a preset and save it to ``out`` (written to a temp folder, then renamed: never half-written)."""
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not force:
-        raise DataError(f"{out}: folder exists and is not empty (pass --force to replace it)")
+        raise DataError(f"{out}: folder exists and is not empty (pass --overwrite to replace it)")
     model, processor, meta = build_model(preset, seed)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))

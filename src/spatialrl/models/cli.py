@@ -18,7 +18,8 @@ def init_command(
     out: Path = typer.Option(..., "--out", help="Folder to write the model, processor and tokenizer to."),
     preset: str = typer.Option("tiny", "--preset", help="tiny (< 1M params, tests) or small (20-60M, GPU training)."),
     seed: int = typer.Option(0, "--seed", help="Weight initialisation seed (same seed, same files)."),
-    force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty output folder."),
+    force: bool = typer.Option(False, "--force", hidden=True, help="Old spelling of --overwrite."),
 ) -> None:
     """Build an untrained built-in model (Qwen2.5-VL architecture, our BPE tokenizer) and save it."""
     from spatialrl.errors import SpatialRLError
@@ -27,7 +28,7 @@ def init_command(
     if preset not in PRESETS:
         raise typer.BadParameter(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}", param_hint="--preset")
     try:
-        meta = init_model(preset, out, seed=seed, force=force)
+        meta = init_model(preset, out, seed=seed, force=overwrite or force)
     except SpatialRLError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e

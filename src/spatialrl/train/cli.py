@@ -96,7 +96,6 @@ def data_sft_command(
     out: Annotated[Path, typer.Option(help="Dataset folder to write.")],
     data: Annotated[str | None, typer.Option(help="Task data: TVR bench folder, V-IRL dataset folder.")] = None,
     split: Annotated[str | None, typer.Option(help="Split to draw episodes from (task-specific).")] = None,
-    memory: Annotated[str | None, typer.Option(help="TVR memory: ao (per-step samples) or va (whole trajectories).")] = None,
     cot: Annotated[bool, typer.Option("--cot", help="Answers start with <think>…</think> reasoning.")] = False,
     cot_annotator: Annotated[str | None, typer.Option(
         help="Agent that writes the CoT reasoning instead of the template (e.g. openai:MODEL@URL).")] = None,
@@ -105,10 +104,15 @@ def data_sft_command(
     samples: Annotated[str, typer.Option(help="auto | step | episode (see docs/training.md).")] = "auto",
     batch_size: Annotated[int, typer.Option(help="Episodes stepped together.")] = 16,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Task option key=value (repeatable).")] = None,
-    keep_failed: Annotated[bool, typer.Option(help="Keep episodes the expert did not solve.")] = False,
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing dataset folder.")] = False,
+    keep_failed: Annotated[bool, typer.Option("--keep-failed", help="Keep episodes the expert did not solve.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing dataset folder.")] = False,
+    memory: Annotated[str | None, typer.Option("--memory", hidden=True, help="Old spelling of --set memory=...")] = None,
+    force: Annotated[bool, typer.Option("--force", hidden=True, help="Old spelling of --overwrite.")] = False,
 ) -> None:
-    """Render expert episodes through the eval prompt code into an SFT dataset (JSONL + PNG)."""
+    """Render expert episodes through the eval prompt code into an SFT dataset (JSONL + PNG).
+
+    Task options (TVR's memory mode ao|va, image sizes, ...) are `--set key=value`, as in `spatialrl eval`.
+    """
     from rich.console import Console
 
     try:
@@ -123,8 +127,9 @@ def data_sft_command(
             options["data"] = data
         if split is not None:
             options["split"] = split
-        if memory is not None:
-            options["memory"] = memory
+        if memory is not None:  # the hidden old flag: the same as --set memory=...
+            set_ = [f"memory={memory}", *(set_ or [])]
+            memory = None
         if cot and "cot" in suite.default_options:
             options["cot"] = True  # the task's prompter asks for reasoning (TVR); others keep their prompt
         options.update(parse_sets(set_))
@@ -138,7 +143,7 @@ def data_sft_command(
         meta = build_sft_dataset(
             suite, options, out, episodes=episodes, seed=seed, samples=samples,  # type: ignore[arg-type]
             thought_fn=thought_function(task) if cot else None, annotator=annotator, batch_size=batch_size,
-            only_success=not keep_failed, overwrite=overwrite, command=_command_line(
+            only_success=not keep_failed, overwrite=overwrite or force, command=_command_line(
                 task=task, data=data, split=split, memory=memory, cot=cot, cot_annotator=cot_annotator,
                 episodes=episodes, seed=seed, samples=samples, set_=set_, out=out),
         )

@@ -39,7 +39,7 @@ def show_command(
     cards: Annotated[str | None, typer.Option(help='Fixed hand instead of a deal, e.g. "HA S5 D5 C5".')] = None,
     out: Annotated[Path | None, typer.Option(help="Write the table image here (PNG).")] = None,
     resolution: Annotated[int, typer.Option(help="Image side in pixels.")] = 1200,
-    prompt: Annotated[bool, typer.Option(help="Also print the task prompt.")] = False,
+    prompt: Annotated[bool, typer.Option("--prompt", help="Also print the task prompt.")] = False,
 ) -> None:
     """Deal a hand (or take --cards) and print it with the expert's answer; optionally save the image."""
     from rich.console import Console
@@ -78,7 +78,7 @@ def show_command(
 def solve_command(
     cards: Annotated[list[str], typer.Argument(help="Four card numbers (or A/J/Q/K), e.g. 1 5 5 5.")],
     target: Annotated[int, typer.Option(help="The number to make.")] = 24,
-    rule_ood: Annotated[bool, typer.Option(help="J/Q/K count as 11/12/13 instead of 10.")] = False,
+    rule_ood: Annotated[bool, typer.Option("--rule-ood", help="J/Q/K count as 11/12/13 instead of 10.")] = False,
     show: Annotated[int, typer.Option(help="How many formulas to print (0 = all).")] = 10,
 ) -> None:
     """Print the formulas (in the reference's written form) that make the target."""
@@ -108,7 +108,7 @@ def verify_command(
     cards: Annotated[str, typer.Argument(help='The four card numbers, e.g. "1 5 5 5" (A/J/Q/K allowed).')],
     answer: Annotated[str, typer.Argument(help='A formula ("5*(5-1/5)=24") or a whole JSON-like answer.')],
     target: Annotated[int, typer.Option(help="The number to make.")] = 24,
-    rule_ood: Annotated[bool, typer.Option(help="J/Q/K count as 11/12/13 instead of 10.")] = False,
+    rule_ood: Annotated[bool, typer.Option("--rule-ood", help="J/Q/K count as 11/12/13 instead of 10.")] = False,
 ) -> None:
     """Score one answer as the env would in L mode: outcome, reward and the verifier's message."""
     from rich.console import Console

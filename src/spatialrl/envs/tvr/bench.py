@@ -308,7 +308,7 @@ def make_bench(out: str | Path, cfg: BenchConfig, force: bool = False, progress:
     """Generate a bench folder at ``out`` (atomically: built in a temp folder, then renamed)."""
     out = Path(out)
     if out.exists() and not force:
-        raise DataError(f"{out} already exists; pass --force to replace it")
+        raise DataError(f"{out} already exists; pass --overwrite to replace it")
     from spatialrl.render import Renderer
 
     t_start = time.perf_counter()

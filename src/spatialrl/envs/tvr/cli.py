@@ -16,13 +16,14 @@ app = typer.Typer(help="Target Viewpoint Reproduction (TVRBench): benchmark gene
 @app.command("make-bench")
 def make_bench_command(
     out: Annotated[Path, typer.Option(help="Bench folder to create.")],
-    tiny: Annotated[bool, typer.Option(help="A few tasks per category from a handful of scenes (seconds).")] = False,
+    tiny: Annotated[bool, typer.Option("--tiny", help="A few tasks per category from a handful of scenes (seconds).")] = False,
     seed: Annotated[int, typer.Option(help="Bench seed: scene seeds and every sample derive from it.")] = 0,
     sizes: Annotated[str | None, typer.Option(
         help="Override task counts, e.g. 'eval=500,sft=1600,rl=4800,diag_rotate=100,diag_move=100'.")] = None,
     scenes: Annotated[str | None, typer.Option(
         help="Override scenes per split and family, e.g. 'sft=20,eval=40,rl=60'.")] = None,
-    force: Annotated[bool, typer.Option(help="Replace an existing folder.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing folder.")] = False,
+    force: Annotated[bool, typer.Option("--force", hidden=True, help="Old spelling of --overwrite.")] = False,
 ) -> None:
     """Generate scene splits and the eval / SFT / RL / diagnostic task files (atomically)."""
     from rich.console import Console
@@ -32,7 +33,7 @@ def make_bench_command(
     console = Console()
     try:
         cfg = BenchConfig.preset(tiny=tiny, seed=seed, sizes=parse_counts(sizes), scenes=parse_counts(scenes))
-        manifest = make_bench(out, cfg, force=force)
+        manifest = make_bench(out, cfg, force=overwrite or force)
     except (SpatialRLError, ValueError) as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None
@@ -45,10 +46,11 @@ def make_bench_command(
 @app.command("show")
 def show_command(
     task_id: Annotated[str, typer.Argument(help="Task id, e.g. single-kitchen-004211_easy_t00_s00.")],
-    bench: Annotated[Path, typer.Option(help="Bench folder.")],
     out: Annotated[Path, typer.Option(help="PNG to write.")],
+    data: Annotated[Path | None, typer.Option(help="Bench folder (as in `spatialrl eval --data`).")] = None,
     width: Annotated[int, typer.Option(help="Image width.")] = 640,
     height: Annotated[int, typer.Option(help="Image height.")] = 360,
+    bench: Annotated[Path | None, typer.Option("--bench", hidden=True, help="Old spelling of --data.")] = None,
 ) -> None:
     """Write a PNG with the task's start and target views above its floor plan."""
     from rich.console import Console
@@ -56,10 +58,14 @@ def show_command(
     from spatialrl.envs.tvr.report import show_task_png
 
     console = Console()
+    data = data or bench
+    if data is None:
+        console.print("[red]error:[/red] missing option --data (the bench folder, e.g. data/tvr)")
+        raise typer.Exit(2)
     try:
         if width <= 0 or height <= 0:
             raise ValueError(f"image size must be positive, got {width}x{height}")
-        path = show_task_png(bench, task_id, out, width, height)
+        path = show_task_png(data, task_id, out, width, height)
     except (SpatialRLError, ValueError) as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None

@@ -57,7 +57,7 @@ def show_route(
     route: Annotated[int, typer.Option(help="Route index (file order).")] = 0,
     seed: Annotated[int, typer.Option(help="Seed of the heading and drop draws.")] = 12,
     heading: Annotated[float | None, typer.Option(help="Start heading instead of a draw.")] = None,
-    relative: Annotated[bool, typer.Option(help="Relative action space (rule-OOD).")] = False,
+    relative: Annotated[bool, typer.Option("--relative", help="Relative action space (rule-OOD).")] = False,
     rail_mode: Annotated[str, typer.Option(help="faithful | fixed | comma list of fixes.")] = "faithful",
     drop_rate: Annotated[float, typer.Option(help="Chance to drop each interpolated point (reference: 0.5).")] = 0.5,
     out: Annotated[Path | None, typer.Option(help="Write a PNG: the rail map and the grid at --point.")] = None,
@@ -146,14 +146,16 @@ def make_toy_data(
     routes: Annotated[int, typer.Option(help="0 = the 4 hand-made golden routes; N = N random routes.")] = 0,
     pano_width: Annotated[int, typer.Option(help="Panorama width in px (height = width / 2).")] = 512,
     seed: Annotated[int, typer.Option()] = 0,
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing folder.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing folder.")] = False,
+    force: Annotated[bool, typer.Option("--force", hidden=True, help="Old spelling of --overwrite.")] = False,
 ) -> None:
     """Write a tiny V-IRL-format dataset (colour-wheel panoramas) to try the pipeline without real data."""
     from spatialrl.envs.virl.testdata import golden_routes, random_routes, write_dataset
 
     try:
         path = write_dataset(out, golden_routes() if routes == 0 else random_routes(routes, seed),
-                             pano_size=(pano_width, pano_width // 2), seed=seed, overwrite=overwrite)
+                             pano_size=(pano_width, pano_width // 2), seed=seed,
+                             overwrite=overwrite or force)
     except FileExistsError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

@@ -19,7 +19,8 @@ def make_city(
     routes: Annotated[int | None, typer.Option(help="Routes to write (default 1000; 20 with --tiny).")] = None,
     seed: Annotated[int, typer.Option(help="Seed: the same seed writes the same bytes.")] = 0,
     tiny: Annotated[bool, typer.Option("--tiny", help="A few blocks, small panoramas: a dataset in seconds.")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Replace --out if it exists.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --out if it exists.")] = False,
+    force: Annotated[bool, typer.Option("--force", hidden=True, help="Old spelling of --overwrite.")] = False,
     pano_width: Annotated[int | None, typer.Option(help="Panorama width in px, height = width/2 "
                                                         "(default 2048; 512 with --tiny).")] = None,
     jpeg_quality: Annotated[int, typer.Option(help="JPEG quality of the panoramas.")] = 90,
@@ -39,7 +40,7 @@ def make_city(
         raise typer.Exit(2)
     n = routes if routes is not None else (TINY_ROUTES if tiny else 1000)
     try:
-        path = write_city(style, n, seed, out, tiny=tiny, force=force, pano_width=pano_width,
+        path = write_city(style, n, seed, out, tiny=tiny, force=overwrite or force, pano_width=pano_width,
                           jpeg_quality=jpeg_quality, contact_sheet=contact_sheet)
     except FileExistsError as e:
         console.print(f"[red]error:[/red] {e}")

@@ -116,7 +116,7 @@ def make_city(style: str, routes: int, seed: int, out: str | Path, *, tiny: bool
         raise ValueError(f"jpeg quality must be in 1..100, got {opts.jpeg_quality}")
     out = Path(out)
     if out.exists() and not force:
-        raise FileExistsError(f"{out} already exists; pass --force to replace it")
+        raise FileExistsError(f"{out} already exists; pass --overwrite to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     if tmp.exists():
