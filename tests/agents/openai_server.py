@@ -5,6 +5,14 @@ Behaviour is keyed by markers in the last user text, counted per conversation (`
 N, ``[slowxN]`` sleeps ``slow_seconds`` on the first N, ``[always500]`` never succeeds, ``[400]`` is a
 client error. A success answers ``id=<name> images=<WxH,...>`` (decoded from the data URLs with PIL)
 and usage ``prompt_tokens = words in the request``, ``completion_tokens = words in the answer``.
+
+Misbehaving 200 answers (issue 23): ``[msgstr]`` message is a string, ``[contentint]`` / ``[contentdict]``
+content is an int / a dict, ``[usagestr]`` usage is a string, ``[usagecountstr]`` its counts are strings,
+``[lpnolp]`` logprobs entries lack ``logprob`` (``[logprobs]``: well-formed ones), ``[notjson]`` a text
+body, ``[jsonlist]`` a JSON list, ``[nochoices]`` an empty choice list, ``[choicestr]`` a string choice,
+``[huge]`` a 2 MB answer whatever ``max_tokens`` says, ``[trickle]`` sends its body one byte every 0.2 s
+(never idle long enough for a read timeout); ``[ra3600]`` is a 429 with ``Retry-After: 3600``.
+``always`` (a string of markers) applies to every request, for tests whose prompts cannot carry them.
 """
 
 from __future__ import annotations
@@ -20,13 +28,14 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from PIL import Image
 
 
 class FaultyServer:
-    def __init__(self, slow_seconds: float = 1.0, work_seconds: float = 0.0):
+    def __init__(self, slow_seconds: float = 1.0, work_seconds: float = 0.0, always: str = ""):
         self.slow_seconds = slow_seconds
+        self.always = always
         self.work_seconds = work_seconds
         self.attempts: dict[str, int] = defaultdict(int)
         self.in_flight = 0
@@ -66,8 +75,8 @@ class FaultyServer:
                         return JSONResponse({"error": {"message": "bad image url"}}, status_code=400)
                     image = Image.open(io.BytesIO(base64.b64decode(match.group(2), validate=True)))
                     sizes.append(f"{image.width}x{image.height}")
-        last = texts[-1]
-        key = (re.search(r"id=(\w+)", last) or re.search(r"(.*)", last)).group(1)
+        key = (re.search(r"id=(\w+)", texts[-1]) or re.search(r"(.*)", texts[-1])).group(1)
+        last = texts[-1] + self.always
         self.attempts[key] += 1
         n = self.attempts[key]
 
@@ -79,6 +88,9 @@ class FaultyServer:
             return JSONResponse({"error": {"message": "bad request"}}, status_code=400)
         if "[always500]" in last:
             return JSONResponse({"error": {"message": "boom"}}, status_code=500)
+        if "[ra3600]" in last:
+            return JSONResponse({"error": {"message": "come back in an hour"}}, status_code=429,
+                                headers={"Retry-After": "3600"})
         if first("429"):
             return JSONResponse({"error": {"message": "rate limited"}}, status_code=429, headers={"Retry-After": "1"})
         if first("500"):
@@ -88,12 +100,45 @@ class FaultyServer:
         if self.work_seconds:
             await asyncio.sleep(self.work_seconds)
         answer = f"id={key} images={','.join(sizes)}"
-        usage = {"prompt_tokens": sum(len(t.split()) for t in texts), "completion_tokens": len(answer.split())}
+        if "[huge]" in last:
+            answer += " " + "Action: MoveAhead. " * 105_000  # ~2 MB
+        usage: Any = {"prompt_tokens": sum(len(t.split()) for t in texts), "completion_tokens": len(answer.split())}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         self.served.append({"key": key, "body": body, "time": time.monotonic()})
+        message: Any = {"role": "assistant", "content": answer}
+        choice: Any = {"index": 0, "message": message, "finish_reason": "stop"}
+        if "[logprobs]" in last or "[lpnolp]" in last:
+            entry = {"token": "x"} if "[lpnolp]" in last else {"token": "x", "logprob": -0.5}
+            choice["logprobs"] = {"content": [dict(entry) for _ in answer.split()]}
+        if "[msgstr]" in last:
+            choice["message"] = answer
+        if "[contentint]" in last:
+            message["content"] = 7
+        if "[contentdict]" in last:
+            message["content"] = {"text": answer}
+        if "[usagestr]" in last:
+            usage = "many"
+        if "[usagecountstr]" in last:
+            usage = {"prompt_tokens": "12", "completion_tokens": "lots"}
+        if "[trickle]" in last:
+            async def drip():
+                for _ in range(30):
+                    await asyncio.sleep(0.2)
+                    yield b" "
+                yield b"{}"
+
+            return StreamingResponse(drip(), media_type="application/json")
+        if "[notjson]" in last:
+            return PlainTextResponse("oops, not JSON")
+        if "[jsonlist]" in last:
+            return JSONResponse([answer])
+        choices: Any = [choice]
+        if "[nochoices]" in last:
+            choices = []
+        if "[choicestr]" in last:
+            choices = [answer]
         return {"id": f"chatcmpl-{key}-{n}", "object": "chat.completion", "model": body["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}],
-                "usage": usage}
+                "choices": choices, "usage": usage}
 
     def __enter__(self) -> FaultyServer:
         config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")

@@ -97,6 +97,27 @@ def test_openai_policy_failures_are_per_episode(tmp_path):
     assert policy.usage["failures"] == 2 and policy.usage["requests"] == 8
 
 
+def test_misbehaving_server_answers_do_not_end_the_run(tmp_path):
+    """Issue 23: wrong-shaped 200 answers, Retry-After: 3600 and a 2 MB answer are each one episode's
+    business; the run finishes, and the huge answer is cut to the token budget before it is stepped or logged."""
+    markers = {0: "[msgstr]", 1: "[contentint]", 2: "[huge]", 3: "[usagestr]", 4: "[ra3600]", 5: "[choicestr]"}
+    suite = _suite(markers)
+    with FaultyServer() as server:
+        policy = load_policy(f"openai:served-model@{server.url}", concurrency=3, timeout=5, max_retries=2)
+        result = run_episodes(suite, {}, policy, suite.episodes({"n": 7}), batch_size=7,
+                              sampling=SamplingParams(max_new_tokens=8), out_dir=tmp_path, progress=False)
+    records = {r["episode_id"]: r for r in read_jsonl(tmp_path / "episodes.jsonl")}
+    assert len(records) == 7 and result.new_episodes == 7
+    for i in (0, 1, 5):
+        assert records[f"ep{i}"]["error"].startswith("malformed response"), records[f"ep{i}"]
+    assert "Retry-After" in records["ep4"]["error"] and server.attempts["t4"] == 1
+    for i in (2, 3, 6):  # huge answer (cut) and unusable usage counts: the episode is played normally
+        assert records[f"ep{i}"]["error"] is None and records[f"ep{i}"]["success"] is True
+    steps = [s for s in read_jsonl(tmp_path / "steps.jsonl") if s["episode_id"] == "ep2"]
+    assert len(steps) == 2 and all(len(s["response"].encode()) <= 8 * policy.max_chars_per_token for s in steps)
+    assert (tmp_path / "steps.jsonl").stat().st_size < 50_000
+
+
 def test_hf_builtin_policy_runs_batched_and_resumes(tmp_path):
     suite = _suite({})
     policy = load_policy("builtin:tiny-random", device="cpu")

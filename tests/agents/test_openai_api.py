@@ -98,3 +98,109 @@ def test_message_conversion():
     assert msgs[1]["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
     assert msgs[1]["content"][1] == {"type": "text", "text": "hi"}
     assert msgs[2] == {"role": "assistant", "content": "ok"}
+
+
+# ---------------------------------------------------------------------- issue 23: misbehaving servers
+MALFORMED = ["msgstr", "contentint", "contentdict", "notjson", "jsonlist", "nochoices", "choicestr"]
+
+
+def test_malformed_answers_are_per_conversation_errors(server: FaultyServer):
+    """200 answers of the wrong shape: each is that conversation's error, the others are answered."""
+    policy = OpenAIPolicy("m", base_url=server.url, api_key="k", timeout=5, max_retries=0)
+    convs = [conv(f"id={name} [{name}]") for name in MALFORMED] + [conv("id=fine")]
+    gens = policy.generate(convs, SamplingParams())
+    for name, gen in zip(MALFORMED, gens, strict=False):
+        assert gen.error and gen.error.startswith("malformed response"), (name, gen)
+        assert gen.text == ""
+    assert gens[-1].error is None and gens[-1].text == "id=fine images="
+    assert policy.usage["failures"] == len(MALFORMED) and policy.usage["requests"] == len(MALFORMED) + 1
+    # one attempt each: a malformed answer is the server's bug, asking again would only cost money
+    assert all(server.attempts[name] == 1 for name in MALFORMED)
+
+
+def test_bad_usage_and_logprobs_are_dropped_not_fatal(server: FaultyServer):
+    """Usage and logprobs only feed accounting: a bad one is dropped (and noted), the answer is kept."""
+    policy = OpenAIPolicy("m", base_url=server.url, api_key="k", timeout=5, max_retries=0)
+    names = ["usagestr", "usagecountstr", "lpnolp", "logprobs"]
+    gens = dict(zip(names, policy.generate([conv(f"id={n} [{n}]") for n in names], SamplingParams()),
+                    strict=True))
+    assert all(g.error is None and g.text == f"id={n} images=" for n, g in gens.items())
+    assert gens["usagestr"].prompt_tokens is None and "usage" in gens["usagestr"].extra["warnings"][0]
+    # "12" is a count written as a string (accepted); "lots" is not a count (dropped)
+    assert gens["usagecountstr"].prompt_tokens == 12 and gens["usagecountstr"].completion_tokens is None
+    assert gens["lpnolp"].logprobs is None and "logprob" in gens["lpnolp"].extra["warnings"][0]
+    assert gens["logprobs"].logprobs == [-0.5, -0.5] and "warnings" not in gens["logprobs"].extra
+    assert policy.usage["failures"] == 0 and policy.usage["prompt_tokens"] == 12 + 2 * gens["logprobs"].prompt_tokens
+
+
+def _generate_within(policy: OpenAIPolicy, convs: list, seconds: float, **sampling) -> list:
+    """``policy.generate`` in a thread; fails the test (instead of hanging it) when it takes longer."""
+    import threading
+
+    box: dict = {}
+    thread = threading.Thread(target=lambda: box.setdefault("out", policy.generate(convs, SamplingParams(**sampling))),
+                              daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"generate still running after {seconds}s"
+    return box["out"]
+
+
+def test_retry_after_beyond_the_cap_gives_up(server: FaultyServer):
+    """``Retry-After: 3600`` must not hang the run: over the cap the request gives up, counted."""
+    policy = OpenAIPolicy("m", base_url=server.url, api_key="k", timeout=5, max_retries=3, backoff_base=0.01)
+    t0 = time.monotonic()
+    gens = _generate_within(policy, [conv("id=later [ra3600]"), conv("id=now")], 20)
+    assert time.monotonic() - t0 < 5
+    assert gens[1].error is None
+    assert "HTTP 429" in gens[0].error and "3600" in gens[0].error and "--api-max-wait" in gens[0].error
+    assert server.attempts["later"] == 1 and policy.usage["retry_after_over_cap"] == 1
+    assert policy.usage["failures"] == 1
+
+
+def test_retry_after_cap_is_configurable(server: FaultyServer):
+    # Retry-After: 1 is honoured under a 2 s cap (first test) and gives up under a 0.5 s cap
+    policy = OpenAIPolicy("m", base_url=server.url, api_key="k", timeout=5, max_retries=3, backoff_base=0.01,
+                          max_wait=0.5)
+    gens = _generate_within(policy, [conv("id=limited [429x1]")], 10)
+    assert "Retry-After" in gens[0].error and policy.usage["retry_after_over_cap"] == 1
+    assert server.attempts["limited"] == 1
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"timeout": 0}, "timeout"), ({"timeout": float("nan")}, "timeout"), ({"max_retries": -1}, "retries"),
+    ({"max_wait": -1}, "wait"), ({"max_wait": float("inf")}, "wait"),
+])
+def test_client_options_are_checked(kwargs, message):
+    from spatialrl.errors import DataError
+
+    with pytest.raises(DataError, match=message):
+        OpenAIPolicy("m", base_url="http://127.0.0.1:9/v1", **kwargs)
+
+
+def test_trickling_server_times_out_as_a_whole(server: FaultyServer):
+    """The timeout bounds the whole attempt (a slow answer cannot hold a slot forever)."""
+    policy = OpenAIPolicy("m", base_url=server.url, api_key="k", timeout=0.5, max_retries=0)
+    t0 = time.monotonic()
+    gens = _generate_within(policy, [conv("id=drip [trickle]")], 10)
+    assert gens[0].error and gens[0].error.startswith("timeout after 0.5s") and time.monotonic() - t0 < 2
+
+
+def test_huge_answer_is_truncated_to_the_token_budget(server: FaultyServer):
+    """A server that ignores ``max_tokens`` (2 MB answer for 8 tokens) cannot flood steps and logs."""
+    policy = OpenAIPolicy("m", base_url=server.url, api_key="k", timeout=10, max_retries=0)
+    gen = policy.generate([conv("id=big [huge]")], SamplingParams(max_new_tokens=8))[0]
+    assert gen.error is None and gen.text.startswith("id=big images= Action: MoveAhead.")
+    assert len(gen.text.encode()) <= 8 * policy.max_chars_per_token
+    assert gen.extra["truncated_from_chars"] > 1_900_000 and gen.extra["finish_reason"] == "length"
+    assert policy.usage["truncated"] == 1
+    # an answer within the budget is untouched
+    ok = policy.generate([conv("id=small")], SamplingParams(max_new_tokens=8))[0]
+    assert ok.text == "id=small images=" and "truncated_from_chars" not in ok.extra
+
+
+def test_oversized_body_is_an_error(server: FaultyServer):
+    policy = OpenAIPolicy("m", base_url=server.url, api_key="k", timeout=10, max_retries=0,
+                          max_response_bytes=100_000)
+    gen = policy.generate([conv("id=big [huge]")], SamplingParams(max_new_tokens=8))[0]
+    assert gen.error and "larger than 100000 bytes" in gen.error
