@@ -106,6 +106,9 @@ def data_sft_command(
     set_: Annotated[list[str] | None, typer.Option("--set", help="Task option key=value (repeatable).")] = None,
     keep_failed: Annotated[bool, typer.Option("--keep-failed", help="Keep episodes the expert did not solve.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing dataset folder.")] = False,
+    expert_noise: Annotated[float, typer.Option(
+        help="Share of turns where the expert steps a random other action (labels stay the expert's): "
+             "off-path states for single-turn prompts.")] = 0.0,
     memory: Annotated[str | None, typer.Option("--memory", hidden=True, help="Old spelling of --set memory=...")] = None,
     force: Annotated[bool, typer.Option("--force", hidden=True, help="Old spelling of --overwrite.")] = False,
 ) -> None:
@@ -143,9 +146,9 @@ def data_sft_command(
         meta = build_sft_dataset(
             suite, options, out, episodes=episodes, seed=seed, samples=samples,  # type: ignore[arg-type]
             thought_fn=thought_function(task) if cot else None, annotator=annotator, batch_size=batch_size,
-            only_success=not keep_failed, overwrite=overwrite or force, command=_command_line(
+            only_success=not keep_failed, overwrite=overwrite or force, expert_noise=expert_noise, command=_command_line(
                 task=task, data=data, split=split, memory=memory, cot=cot, cot_annotator=cot_annotator,
-                episodes=episodes, seed=seed, samples=samples, set_=set_, out=out),
+                episodes=episodes, seed=seed, samples=samples, set_=set_, out=out, expert_noise=expert_noise or None),
         )
         Console().print(f"[green]{meta['samples']} samples ({meta['assistant_turns']} assistant turns, "
                         f"{meta['images']} images) from {meta['episodes']} episodes → {out}[/green]")

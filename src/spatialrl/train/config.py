@@ -131,6 +131,11 @@ class SFTDataConfig:
     max_length: int = field(default=8192, metadata=_help("Longest tokenised sample allowed; longer is an error."))
     eval_samples: int = field(default=256, metadata=_help("Held-out samples scored per evaluation (first N)."))
     num_workers: int = field(default=0, metadata=_help("DataLoader worker processes (image decoding + processor)."))
+    engine: Literal["collator", "tensor"] = field(
+        default="collator",
+        metadata=_help("collator = per-sample processor calls in DataLoader workers (any family); tensor = the "
+                       "dataset compiled once to arrays and batched on the device (Qwen-VL families; "
+                       "train/tensor_data.py), the GPU-speed path."))
 
 
 @dataclass

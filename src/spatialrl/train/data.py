@@ -39,6 +39,7 @@ import tempfile
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -222,8 +223,13 @@ def build_sft_dataset(
     overwrite: bool = False,
     progress: bool = True,
     command: str | None = None,
+    expert_noise: float = 0.0,
 ) -> dict[str, Any]:
     """Run the (CoT) expert on ``suite`` and write an SFT dataset folder; returns its ``meta.json``.
+
+    ``expert_noise`` > 0 steps a random other action on that share of turns (states off the expert's
+    path, as DART/DAgger collect them) while every sample's answer stays the expert's label; such
+    episodes are kept whether or not they succeed, and the samples are per step.
 
     ``thought_fn`` switches on CoT answers (``<think>…</think>`` + answer). ``only_success`` drops
     episodes the expert did not finish successfully (there should be none; they are counted).
@@ -248,17 +254,22 @@ def build_sft_dataset(
 
         def on_turn(spec: Any, conversation: Conversation, generation: Generation, step: tuple) -> None:
             episode = live[spec.episode_id]
-            episode.turns.append((_stored(conversation, store), generation.text))
+            if expert_noise > 0 and any(m["role"] == "assistant" for m in conversation):
+                raise DataError("expert noise needs single-turn prompts (e.g. TVR --memory ao): in a multi-turn "
+                                "chat the noisy answers of earlier turns would be supervised too")
+            episode.turns.append((_stored(conversation, store), generation.extra.get("label", generation.text)))
             _, _, terminated, truncated, info = step
             if terminated or truncated:
                 success = bool(info.get("episode", {}).get("success", False))
-                if only_success and not success:
+                if only_success and not success and expert_noise <= 0:
                     dropped.append(spec.episode_id)
                 else:
                     results[spec.episode_id] = episode_samples(episode, samples)
                 del live[spec.episode_id]
 
-        policy = ExpertPolicy() if thought_fn is None else CoTExpertPolicy(options, thought_fn, annotator)
+        if expert_noise > 0 and (thought_fn is not None or samples == "episode"):
+            raise DataError("expert noise works with per-step samples of the plain expert (no --cot, samples step/auto)")
+        policy = ExpertPolicy(expert_noise) if thought_fn is None else CoTExpertPolicy(options, thought_fn, annotator)
         run_episodes(suite, options, policy, chosen, batch_size=batch_size,
                      sampling=SamplingParams(seed=seed), out_dir=None, progress=progress, on_turn=on_turn)
         if live:
@@ -285,6 +296,7 @@ def build_sft_dataset(
             "assistant_turns": sum(len(r["turns"]) for r in rows),
             "images": len(store.known),
             "categories": categories,
+            "expert_noise": expert_noise,
             "command": command,
         }
         atomic_write_json(tmp / "meta.json", meta)
@@ -295,6 +307,11 @@ def build_sft_dataset(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return meta
+
+
+@lru_cache(maxsize=4)
+def _rows_of(root: str) -> list[dict[str, Any]]:
+    return list(read_jsonl(Path(root) / "samples.jsonl"))
 
 
 def _jsonable(value: Any) -> Any:
@@ -343,6 +360,11 @@ class SFTDataset:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    @staticmethod
+    def rows_of(root: str | Path) -> list[dict[str, Any]]:
+        """The rows of ``root/samples.jsonl`` as stored (image parts are paths), read once per process."""
+        return _rows_of(str(Path(root).resolve()))
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         from PIL import Image

@@ -90,6 +90,23 @@ def micro_batches(n_samples: int, seed: int, batch_size: int, world: int, rank: 
         yield chunk[rank * batch_size:(rank + 1) * batch_size]
 
 
+def micro_batch_source(cfg: SFTConfig, train_set: SFTDataset, processor: Any, model_type: str, collate: Collator,
+                       plan: Any, device: Any):
+    """Iterator of the planned micro-batches: per-sample collation in DataLoader workers, or (``data.engine:
+    tensor``) index gathers on the device from the dataset compiled once (``train/tensor_data.py``)."""
+    if cfg.data.engine == "tensor":
+        from spatialrl.train.tensor_data import TensorBatcher, compile_dataset
+
+        folder = compile_dataset(cfg.data.train, processor, model_type, workers=cfg.data.num_workers)
+        batcher = TensorBatcher(folder, processor.tokenizer.pad_token_id, device)
+        if len(batcher) != len(train_set):
+            raise DataError(f"{folder}: {len(batcher)} compiled samples, the dataset has {len(train_set)}")
+        return (batcher.batch(indices) for indices in plan)
+    from torch.utils.data import DataLoader
+
+    return iter(DataLoader(train_set, batch_sampler=list(plan), collate_fn=collate, num_workers=cfg.data.num_workers))
+
+
 def update_plan(cfg: SFTConfig, n_samples: int, world: int) -> tuple[int, int]:
     """(updates per epoch, total updates); the tail that does not fill a whole update is dropped."""
     per_update = cfg.per_device_batch_size * world * cfg.grad_accum
@@ -287,13 +304,9 @@ def train(cfg: SFTConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
         save_checkpoint(accelerator, model, processor, out, at, state, cfg.checkpoint.keep_last)
 
     # --- loop: one iteration = one optimiser update of grad_accum micro-batches
-    from torch.utils.data import DataLoader
-
     G = cfg.grad_accum
-    loader = DataLoader(train_set, batch_sampler=list(micro_batches(
-        len(train_set), cfg.seed, cfg.per_device_batch_size, world, rank, step * G, total_updates * G)),
-        collate_fn=collate, num_workers=cfg.data.num_workers)
-    batches = iter(loader)
+    plan = micro_batches(len(train_set), cfg.seed, cfg.per_device_batch_size, world, rank, step * G, total_updates * G)
+    batches = micro_batch_source(cfg, train_set, processor, model_type, collate, plan, accelerator.device)
     window = {"loss": 0.0, "tokens": 0.0, "correct": 0.0, "updates": 0, "t0": time.perf_counter(), "samples": 0}
     last_metrics: dict[str, float] = {}
     stopped_early = False

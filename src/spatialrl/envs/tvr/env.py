@@ -76,8 +76,8 @@ POS_TOL, YAW_TOL, PITCH_TOL = 0.01, 1.0, 1.0  # TVRBench's is_exact_match tolera
 class _TargetField:
     """Oracle distances to one target for every state, plus a memo of the expert's action per pose."""
 
-    def __init__(self, lattice: Any, target: Pose):
-        self.lattice = lattice
+    def __init__(self, lattice: Any, target: Pose, tie_break: str = oracle.DEFAULT_TIE_BREAK):
+        self.lattice, self.tie_break = lattice, tie_break
         self.dist = oracle.distances_to(lattice, target)
         self.dist.setflags(write=False)
         self._expert: dict[Pose, str] = {}
@@ -85,14 +85,14 @@ class _TargetField:
     def expert(self, pose: Pose) -> str:
         action = self._expert.get(pose)
         if action is None:
-            action = self._expert[pose] = oracle.next_action(self.lattice, pose, self.dist)
+            action = self._expert[pose] = oracle.next_action(self.lattice, pose, self.dist, self.tie_break)
         return action
 
 
 @lru_cache(maxsize=1024)
-def _target_field(scene_id: str, mode: str, target: Pose) -> _TargetField:
+def _target_field(scene_id: str, mode: str, target: Pose, tie_break: str = oracle.DEFAULT_TIE_BREAK) -> _TargetField:
     """Cached per (scene, mode, target): RL groups and repeated evals reset to the same targets."""
-    return _TargetField(scene_lattice(scene_id, mode), target)
+    return _TargetField(scene_lattice(scene_id, mode), target, tie_break)
 
 
 @lru_cache(maxsize=256)
@@ -145,13 +145,18 @@ class TVREnv(gym.Env):
                  tasks: list[dict[str, Any]] | None = None, width: int = 640, height: int = 360,
                  badges: bool = True, cache_mb: float = 512.0, max_steps_single: int = 30,
                  max_steps_multi: int = 40, distance: str = "euclidean",
-                 reward: RewardConfig | None = None, render_mode: str | None = None, copy_frames: bool = False):
+                 reward: RewardConfig | None = None, render_mode: str | None = None, copy_frames: bool = False,
+                 expert_tie_break: str = oracle.DEFAULT_TIE_BREAK):
         for name, v in (("width", width), ("height", height), ("max_steps_single", max_steps_single),
                         ("max_steps_multi", max_steps_multi)):
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ValueError(f"TVREnv {name} must be a positive integer, got {v!r}")
         if distance not in ("euclidean", "geodesic"):
             raise ValueError(f"TVREnv distance must be 'euclidean' or 'geodesic', got {distance!r}")
+        if expert_tie_break not in oracle.TIE_BREAKS:
+            raise ValueError(f"TVREnv expert_tie_break must be one of {', '.join(oracle.TIE_BREAKS)}, "
+                             f"got {expert_tie_break!r}")
+        self.expert_tie_break = expert_tie_break
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"TVREnv render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.bench = open_bench(bench) if bench is not None else None
@@ -207,7 +212,7 @@ class TVREnv(gym.Env):
         self.task, self.lattice, self.scene_id = task, lattice, scene
         self.start, self.target, self.pose = start, target, start
         self.max_steps = self.budgets[task["dataset"]]
-        self._field = _target_field(scene, task["mode"], target)
+        self._field = _target_field(scene, task["mode"], target, self.expert_tie_break)
         self.optimal_steps = oracle.optimal_steps(lattice, start, target, self._field.dist)
         self._geo = _geodesic_field(scene, task["mode"], target.cell) if self.distance == "geodesic" else None
         self.target_image = self.renderer.frame(scene, target, "TARGET" if self.badges else None)

@@ -18,9 +18,21 @@ from collections import deque
 
 import numpy as np
 
-from spatialrl.envs.tvr.lattice import ACTIONS, GRID, MOVES, STOP, Lattice, Pose
+from spatialrl.envs.tvr.lattice import ACTION_INDEX, ACTIONS, GRID, LOOKS, MOVES, ROTATIONS, STOP, Lattice, Pose
 
 UNREACHABLE = -1
+
+# Tie-breaks among equally optimal actions (every one keeps SPL = 1.0):
+# * ``look_first`` (default): rotations, then tilts, then moves. 78% of expert states have several optimal
+#   actions, and where the canonical order moves, a rotation or tilt is usually equally optimal; turning
+#   first brings the target into view before translating, so the label follows what the agent can see
+#   (a policy cannot learn "walk towards a target that is behind you" from pixels).
+# * ``canonical``: TVRBench's action order (moves first) — the tie-break of earlier releases.
+TIE_BREAKS: dict[str, tuple[int, ...]] = {
+    "look_first": tuple(ACTION_INDEX[a] for a in (*ROTATIONS, *LOOKS, *MOVES)),
+    "canonical": tuple(ACTION_INDEX[a] for a in (*MOVES, *ROTATIONS, *LOOKS)),
+}
+DEFAULT_TIE_BREAK = "look_first"
 
 
 def distances_to(lattice: Lattice, target: Pose) -> np.ndarray:
@@ -54,29 +66,38 @@ def optimal_steps(lattice: Lattice, start: Pose, target: Pose, dist: np.ndarray 
     return d + 1
 
 
-def next_action(lattice: Lattice, pose: Pose, dist: np.ndarray) -> str:
-    """The expert's action at ``pose``: Stop at the target, else the first action (canonical order) that
-    lowers the distance by one. Works from any pose, so it stays right after the agent deviates."""
+def optimal_actions(lattice: Lattice, pose: Pose, dist: np.ndarray) -> list[str]:
+    """Every action that is optimal at ``pose`` (canonical order): ``[Stop]`` at the target, else the
+    actions that lower the distance by one (``[Stop]`` where nothing reaches the target)."""
     here = int(dist[lattice.state_id(pose)])
-    if here == 0:
-        return STOP
-    if here == UNREACHABLE:
-        return STOP  # nothing leads to the target (cannot happen on generated tasks); stopping ends it
+    if here in (0, UNREACHABLE):
+        return [STOP]  # unreachable cannot happen on generated tasks; stopping ends the episode
     row = lattice.transition_table()[lattice.state_id(pose)]
-    for a, nxt in enumerate(row):
-        if dist[nxt] == here - 1:
-            return ACTIONS[a]
-    raise AssertionError("BFS distances are inconsistent with the transition table")
+    found = [ACTIONS[a] for a, nxt in enumerate(row) if dist[nxt] == here - 1]
+    if not found:
+        raise AssertionError("BFS distances are inconsistent with the transition table")
+    return found
 
 
-def expert_actions(lattice: Lattice, start: Pose, target: Pose) -> list[str]:
+def next_action(lattice: Lattice, pose: Pose, dist: np.ndarray, tie_break: str = DEFAULT_TIE_BREAK) -> str:
+    """The expert's action at ``pose``: Stop at the target, else the optimal action that ``tie_break``
+    (see ``TIE_BREAKS``) ranks first. Works from any pose, so it stays right after the agent deviates."""
+    if tie_break not in TIE_BREAKS:
+        raise ValueError(f"unknown expert tie-break {tie_break!r}; known: {', '.join(TIE_BREAKS)}")
+    options = optimal_actions(lattice, pose, dist)
+    if options == [STOP]:
+        return STOP
+    return min(options, key=lambda a: TIE_BREAKS[tie_break].index(ACTION_INDEX[a]))
+
+
+def expert_actions(lattice: Lattice, start: Pose, target: Pose, tie_break: str = DEFAULT_TIE_BREAK) -> list[str]:
     """A shortest action sequence from ``start`` to ``target``, ending with Stop."""
     dist = distances_to(lattice, target)
     if dist[lattice.state_id(start)] == UNREACHABLE:
         raise ValueError(f"target {tuple(target)} cannot be reached from {tuple(start)}")
     actions, pose = [], start
     while True:
-        action = next_action(lattice, pose, dist)
+        action = next_action(lattice, pose, dist, tie_break)
         actions.append(action)
         if action == STOP:
             return actions

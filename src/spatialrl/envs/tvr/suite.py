@@ -36,6 +36,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "max_steps_multi": 40,
     "limit": None,
     "categories": None,
+    "expert_tie_break": "look_first",  # among equally optimal actions: look_first | canonical (oracle.py)
 }
 _KNOWN = set(DEFAULT_OPTIONS)
 
@@ -66,7 +67,8 @@ def make_env(options: dict[str, Any]):
     o = _options(options)
     return TVREnv(bench=o["data"], split=o["split"], width=o["width"], height=o["height"], badges=o["badges"],
                   cache_mb=o["cache_mb"], max_steps_single=o["max_steps_single"],
-                  max_steps_multi=o["max_steps_multi"], distance=o["distance"])
+                  max_steps_multi=o["max_steps_multi"], distance=o["distance"],
+                  expert_tie_break=o["expert_tie_break"])
 
 
 def make_prompter(options: dict[str, Any]) -> TVRPrompter:

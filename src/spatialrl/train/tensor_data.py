@@ -1,0 +1,286 @@
+"""The GPU-speed SFT data engine: a dataset folder compiled once to flat arrays, batched on the device.
+
+Why: the per-sample path (PNG decode → PIL → the processor's numpy patchify → the collator, on the CPU)
+fed the shipped models ~7 samples/s on an H200 — 0.4% of the GPU. Here every sample is tokenised *once*
+by the very code the per-sample path runs (:func:`spatialrl.train.chat_tokens.encode_conversations`:
+same chat template, same assistant mask, same token ids), and every distinct image is stored once as
+uint8 at the size the processor resizes it to. A training batch is then an index gather on the device:
+token rows padded in place, pixels normalised and cut into the family's patch layout by a few tensor
+ops. Nothing per-sample runs in Python during training.
+
+On disk, beside the dataset (``DIR/tensors-<key>/``, ``key`` = a digest of the processor's tokenizer and
+image settings, so a different model never reads stale ids)::
+
+    ids.npy      int32  every sample's token ids, concatenated (images expanded to their pad tokens)
+    labels.npy   bool   1 on assistant tokens (what the loss sees)
+    offsets.npy  int64  sample i is ids[offsets[i]:offsets[i+1]]
+    images.npy   uint8  (n_images, H, W, 3), each distinct image once, already at the processor's size
+    image_ref.npy int32 the images of sample i are images[image_ref[image_offsets[i]:image_offsets[i+1]]]
+    image_offsets.npy int64
+    meta.json    counts, sizes, key; written last (a folder without it is incomplete and rebuilt)
+
+Scope: the Qwen2-VL / Qwen2.5-VL families (the built-in model's), whose pixel layout is rebuilt on the
+device; all images of a dataset must share one size (TVR frames, V-IRL grids do). Other families keep the
+per-sample collator (``data.engine: collator``), which stays the reference: ``tests/train`` checks that
+both give the same ids, labels and pixels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from spatialrl.errors import DataError
+from spatialrl.io import atomic_write_json
+from spatialrl.train.chat_tokens import IGNORE_INDEX, encode_conversations
+
+FORMAT = "spatialrl-sft-tensors/1"
+FAMILIES = ("qwen2_vl", "qwen2_5_vl")
+
+
+# ------------------------------------------------------------------------------------------ geometry
+def image_settings(processor: Any) -> dict[str, Any]:
+    """The image processor's settings that decide pixels and token counts."""
+    ip = processor.image_processor
+    size = getattr(ip, "size", None) or {}
+    get = size.get if isinstance(size, dict) else (lambda k, d=None: getattr(size, k, d))
+    return {"patch": int(ip.patch_size), "merge": int(ip.merge_size), "temporal": int(ip.temporal_patch_size),
+            "min_pixels": int(get("shortest_edge", None) or ip.min_pixels),
+            "max_pixels": int(get("longest_edge", None) or ip.max_pixels),
+            "mean": [float(v) for v in ip.image_mean], "std": [float(v) for v in ip.image_std],
+            "rescale": float(ip.rescale_factor)}
+
+
+def resized_shape(height: int, width: int, settings: dict[str, Any]) -> tuple[int, int]:
+    """(H, W) the processor resizes an image to (transformers' ``smart_resize``)."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    return smart_resize(height, width, factor=settings["patch"] * settings["merge"],
+                        min_pixels=settings["min_pixels"], max_pixels=settings["max_pixels"])
+
+
+def resize_like_processor(image: np.ndarray, settings: dict[str, Any]) -> np.ndarray:
+    """uint8 HxWx3 at the processor's size, resized as its PIL backend does (bicubic)."""
+    from PIL import Image
+
+    h, w = resized_shape(image.shape[0], image.shape[1], settings)
+    if (h, w) == image.shape[:2]:
+        return np.ascontiguousarray(image)
+    return np.asarray(Image.fromarray(image).convert("RGB").resize((w, h), Image.Resampling.BICUBIC))
+
+
+def pixel_values(images: torch.Tensor, settings: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """uint8 (n, H, W, 3) on any device → (pixel_values, image_grid_thw) in the Qwen-VL layout.
+
+    The processor's steps on the device: rescale, normalise, repeat each frame ``temporal`` times, cut
+    into ``patch``² patches ordered merge-block by merge-block: rows (n·gh·gw), columns (C·T·P·P).
+    """
+    n, H, W, C = images.shape
+    P, M, T = settings["patch"], settings["merge"], settings["temporal"]
+    gh, gw = H // P, W // P
+    mean = torch.tensor(settings["mean"], device=images.device).view(1, C, 1, 1)
+    std = torch.tensor(settings["std"], device=images.device).view(1, C, 1, 1)
+    x = (images.permute(0, 3, 1, 2).float() * settings["rescale"] - mean) / std  # (n, C, H, W)
+    x = x.reshape(n, C, gh // M, M, P, gw // M, M, P)
+    x = x.permute(0, 2, 5, 3, 6, 1, 4, 7)  # (n, gh/M, gw/M, M, M, C, P, P)
+    x = x.unsqueeze(6).expand(n, gh // M, gw // M, M, M, C, T, P, P)
+    flat = x.reshape(n * gh * gw, C * T * P * P)
+    grid = torch.tensor([[1, gh, gw]], dtype=torch.long, device=images.device).expand(n, 3).contiguous()
+    return flat, grid
+
+
+def processor_key(processor: Any) -> str:
+    """Digest of what decides the compiled arrays: the tokenizer's vocabulary + template, the image settings."""
+    tok = processor.tokenizer
+    h = hashlib.sha256()
+    h.update(json.dumps(sorted(tok.get_vocab().items())).encode())
+    h.update(str(getattr(processor, "chat_template", "")).encode())
+    h.update(json.dumps(image_settings(processor), sort_keys=True).encode())
+    h.update(FORMAT.encode())
+    return h.hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------------ compiling
+def _compile_chunk(args: tuple[str, str, str, list[int]]) -> dict[str, Any]:
+    """Encode samples ``indices`` of dataset ``root`` (runs in a worker process)."""
+    root, model_path, model_type, indices = args
+    from spatialrl.models.processor import load_processor
+
+    processor = _PROCESSORS.get(model_path) or load_processor(model_path)
+    _PROCESSORS[model_path] = processor
+    return _encode_rows(Path(root), processor, model_type, indices)
+
+
+_PROCESSORS: dict[str, Any] = {}
+
+
+def _encode_rows(root: Path, processor: Any, model_type: str, indices: list[int]) -> dict[str, Any]:
+    from PIL import Image
+
+    from spatialrl.train.data import SFTDataset
+
+    settings = image_settings(processor)
+    rows = SFTDataset.rows_of(root)
+    images: dict[str, np.ndarray] = {}
+    ids, labels, refs = [], [], []
+    token_types = False
+    for i in indices:
+        row = rows[i]
+        conv, paths = [], []
+        for message in row["messages"]:
+            parts = []
+            for part in message["content"]:
+                if part["type"] == "image":
+                    path = part["image"]
+                    if path not in images:
+                        with Image.open(root / path) as im:
+                            images[path] = resize_like_processor(np.asarray(im.convert("RGB")), settings)
+                    paths.append(path)
+                    parts.append({"type": "image", "image": images[path]})
+                else:
+                    parts.append(dict(part))
+            conv.append({"role": message["role"], "content": parts})
+        batch = encode_conversations(processor, [conv], model_type=model_type, names=[str(row["id"])])
+        if "mm_token_type_ids" in batch:  # newer transformers: 1 on image tokens (rebuilt by the batcher)
+            token_types = True
+            if not torch.equal(batch["mm_token_type_ids"][0].bool(), batch["input_ids"][0] == processor.image_token_id):
+                raise DataError(f"{row['id']}: mm_token_type_ids is not the image-token mask; use data.engine=collator")
+        unknown = set(batch) - {"input_ids", "attention_mask", "labels", "pixel_values", "image_grid_thw",
+                                "mm_token_type_ids"}
+        if unknown:
+            raise DataError(f"{row['id']}: the processor returns {sorted(unknown)}, which data.engine=tensor does "
+                            "not rebuild; use data.engine=collator")
+        ids.append(batch["input_ids"][0].numpy().astype(np.int32))
+        labels.append((batch["labels"][0] != IGNORE_INDEX).numpy())
+        refs.append(paths)
+    return {"ids": ids, "labels": labels, "refs": refs, "images": images, "token_types": token_types}
+
+
+def compile_dataset(root: str | Path, processor: Any, model_type: str, model_path: str | None = None,
+                    workers: int = 0, chunk: int = 256, progress: bool = False) -> Path:
+    """Compile dataset folder ``root`` for ``processor`` (once; later calls return the existing folder).
+
+    ``workers`` > 0 encodes chunks in that many processes (they load the processor from ``model_path``, or
+    from a temporary copy of ``processor`` when it has no folder).
+    """
+    if model_type not in FAMILIES:
+        raise DataError(f"data.engine=tensor supports the {', '.join(FAMILIES)} families, not {model_type!r}; "
+                        "use data.engine=collator")
+    from spatialrl.train.data import SFTDataset
+
+    root = Path(root)
+    key = processor_key(processor)
+    out = root / f"tensors-{key}"
+    if (out / "meta.json").is_file():
+        return out
+    rows = SFTDataset.rows_of(root)
+    chunks = [list(range(s, min(s + chunk, len(rows)))) for s in range(0, len(rows), chunk)]
+    if workers > 0 and len(chunks) > 1:
+        with tempfile.TemporaryDirectory() as saved:
+            if model_path is None:  # workers load the processor from a folder
+                processor.save_pretrained(saved)
+                model_path = saved
+            with ProcessPoolExecutor(workers) as pool:
+                parts = list(pool.map(_compile_chunk, [(str(root), model_path, model_type, c) for c in chunks]))
+    else:
+        parts = [_encode_rows(root, processor, model_type, c) for c in chunks]
+
+    image_id: dict[str, int] = {}
+    image_arrays: list[np.ndarray] = []
+    ids, labels, refs = [], [], []
+    for part in parts:
+        for path, arr in part["images"].items():
+            if path not in image_id:
+                image_id[path] = len(image_arrays)
+                image_arrays.append(arr)
+        ids += part["ids"]
+        labels += part["labels"]
+        refs += [[image_id[p] for p in paths] for paths in part["refs"]]
+    shapes = {a.shape for a in image_arrays}
+    if len(shapes) > 1:
+        raise DataError(f"{root}: images of {len(shapes)} sizes after resizing ({sorted(shapes)[:3]}...); "
+                        "data.engine=tensor needs one size (render the data at one size, or use data.engine=collator)")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=root))
+    try:
+        np.save(tmp / "ids.npy", np.concatenate(ids).astype(np.int32))
+        np.save(tmp / "labels.npy", np.concatenate(labels).astype(bool))
+        np.save(tmp / "offsets.npy", np.concatenate([[0], np.cumsum([len(x) for x in ids])]).astype(np.int64))
+        first = image_arrays[0].shape if image_arrays else (0, 0, 3)
+        np.save(tmp / "images.npy", np.stack(image_arrays) if image_arrays else np.zeros((0, *first), np.uint8))
+        np.save(tmp / "image_ref.npy", np.asarray([r for rs in refs for r in rs], dtype=np.int32))
+        np.save(tmp / "image_offsets.npy",
+                np.concatenate([[0], np.cumsum([len(r) for r in refs])]).astype(np.int64))
+        atomic_write_json(tmp / "meta.json", {"format": FORMAT, "key": key, "samples": len(ids),
+                                              "tokens": int(sum(len(x) for x in ids)),
+                                              "images": len(image_arrays), "image_shape": list(first),
+                                              "image_token_id": int(processor.image_token_id),
+                                              "mm_token_type_ids": any(p["token_types"] for p in parts),
+                                              "image_settings": image_settings(processor)})
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+# ------------------------------------------------------------------------------------------ batching
+class TensorBatcher:
+    """A compiled dataset resident on ``device``; ``batch(indices)`` returns the collator's inputs.
+
+    ``batch`` gives ``input_ids`` / ``attention_mask`` / ``labels`` right-padded to the longest sample,
+    ``pixel_values`` and ``image_grid_thw`` — the same tensors as
+    :class:`spatialrl.train.sft.Collator` (ids and labels equal, pixels equal to float rounding).
+    """
+
+    def __init__(self, folder: str | Path, pad_token_id: int, device: str | torch.device = "cpu"):
+        folder = Path(folder)
+        meta_path = folder / "meta.json"
+        if not meta_path.is_file():
+            raise DataError(f"{folder}: not a compiled dataset (no meta.json)")
+        self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        self.settings = self.meta["image_settings"]
+        self.device = torch.device(device)
+
+        def load(name: str) -> torch.Tensor:
+            return torch.from_numpy(np.load(folder / f"{name}.npy")).to(self.device)
+
+        self.ids, self.labels, self.offsets = load("ids"), load("labels"), load("offsets")
+        self.images, self.image_ref, self.image_offsets = load("images"), load("image_ref"), load("image_offsets")
+        self.lengths = self.offsets[1:] - self.offsets[:-1]
+        self.pad = int(pad_token_id)
+
+    def __len__(self) -> int:
+        return int(self.meta["samples"])
+
+    def batch(self, indices: list[int] | torch.Tensor) -> dict[str, torch.Tensor]:
+        idx = torch.as_tensor(indices, dtype=torch.long, device=self.device)
+        lengths = self.lengths[idx]
+        width = int(lengths.max())
+        cols = torch.arange(width, device=self.device)
+        valid = cols[None, :] < lengths[:, None]
+        where = (self.offsets[idx][:, None] + cols[None, :]).clamp(max=self.ids.numel() - 1)
+        ids = torch.where(valid, self.ids[where].long(), torch.full_like(where, self.pad))
+        labels = torch.where(valid & self.labels[where], ids, torch.full_like(ids, IGNORE_INDEX))
+        out = {"input_ids": ids, "attention_mask": valid.long(), "labels": labels}
+        if self.meta.get("mm_token_type_ids"):
+            out["mm_token_type_ids"] = (ids == self.meta["image_token_id"]).long()
+        starts, ends = self.image_offsets[idx], self.image_offsets[idx + 1]
+        counts = ends - starts
+        if int(counts.sum()) > 0:
+            # image_ref positions of the batch's images, sample by sample, in order
+            pos = torch.repeat_interleave(starts - torch.cumsum(counts, 0) + counts, counts) + torch.arange(
+                int(counts.sum()), device=self.device)
+            pixels, grid = pixel_values(self.images[self.image_ref[pos].long()], self.settings)
+            out["pixel_values"], out["image_grid_thw"] = pixels, grid
+        return out

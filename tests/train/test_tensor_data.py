@@ -1,0 +1,82 @@
+"""The GPU-speed data engine (train/tensor_data.py) gives the collator's exact batches, and trains alike."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from spatialrl.errors import DataError
+from spatialrl.models.processor import load_processor
+from spatialrl.train.data import SFTDataset
+from spatialrl.train.sft import Collator, train
+from spatialrl.train.tensor_data import TensorBatcher, compile_dataset
+
+from .test_sft_train import make_cfg, weights
+
+
+@pytest.mark.parametrize("name", ["tvr_ao_data", "tvr_va_data", "virl_data"])
+def test_batches_equal_the_collators(request, name, tiny_builtin):
+    data = request.getfixturevalue(name)
+    processor = load_processor(tiny_builtin)
+    folder = compile_dataset(data, processor, "qwen2_5_vl")
+    batcher = TensorBatcher(folder, processor.tokenizer.pad_token_id)
+    dataset = SFTDataset(data)
+    assert len(batcher) == len(dataset)
+    collate = Collator(processor, "qwen2_5_vl", None)
+    for indices in ([0, 1, 2], [len(dataset) - 1, 0], [1]):
+        want = collate([dataset[i] for i in indices])
+        got = batcher.batch(indices)
+        assert set(got) == set(want), (set(got), set(want))
+        for key in set(want) - {"pixel_values"}:
+            assert torch.equal(got[key], want[key].to(got[key].dtype)), key
+        assert got["pixel_values"].shape == want["pixel_values"].shape
+        torch.testing.assert_close(got["pixel_values"], want["pixel_values"].float(), atol=1e-5, rtol=1e-5)
+
+
+def test_stop_samples_pair_the_current_frame_with_the_target(tvr_ao_data, tiny_builtin):
+    """At Stop-labelled states the current and target frames are the same pixels (the pairing is right)."""
+    processor = load_processor(tiny_builtin)
+    batcher = TensorBatcher(compile_dataset(tvr_ao_data, processor, "qwen2_5_vl"), processor.tokenizer.pad_token_id)
+    rows = SFTDataset.rows_of(tvr_ao_data)
+    stops = [i for i, r in enumerate(rows) if r["messages"][-1]["content"][0]["text"] == "Action: Stop"]
+    moves = [i for i, r in enumerate(rows) if r["messages"][-1]["content"][0]["text"] != "Action: Stop"]
+    assert stops and moves
+    for i in stops:
+        refs = batcher.image_ref[batcher.image_offsets[i]:batcher.image_offsets[i + 1]]
+        frames = batcher.images[refs.long()]
+        # TVR badges each frame ("CURRENT" / "TARGET"), so compare away from the badge corner
+        assert torch.equal(frames[0, 20:], frames[1, 20:])
+    assert any(not torch.equal(batcher.images[batcher.image_ref[batcher.image_offsets[i]:batcher.image_offsets[i + 1]].long()][0, 20:],
+                               batcher.images[batcher.image_ref[batcher.image_offsets[i]:batcher.image_offsets[i + 1]].long()][1, 20:])
+               for i in moves)
+
+
+def test_compiled_once_and_keyed_by_processor(tvr_ao_data, tiny_builtin):
+    processor = load_processor(tiny_builtin)
+    a = compile_dataset(tvr_ao_data, processor, "qwen2_5_vl")
+    mtime = (a / "ids.npy").stat().st_mtime_ns
+    assert compile_dataset(tvr_ao_data, processor, "qwen2_5_vl") == a
+    assert (a / "ids.npy").stat().st_mtime_ns == mtime
+    with pytest.raises(DataError, match="collator"):
+        compile_dataset(tvr_ao_data, processor, "mllama")
+
+
+def test_parallel_compile_equals_serial(tmp_path, tvr_ao_data, tiny_builtin):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tvr_ao_data, copy, ignore=shutil.ignore_patterns("tensors-*"))
+    processor = load_processor(tiny_builtin)
+    serial = compile_dataset(tvr_ao_data, processor, "qwen2_5_vl")
+    parallel = compile_dataset(copy, processor, "qwen2_5_vl", workers=2, chunk=7)
+    for name in ("ids", "labels", "offsets", "images", "image_ref", "image_offsets"):
+        assert np.array_equal(np.load(serial / f"{name}.npy"), np.load(parallel / f"{name}.npy")), name
+
+
+def test_training_on_the_engine_equals_the_collator(tmp_path, tvr_ao_data, tiny_builtin):
+    train(make_cfg(tmp_path / "a", tvr_ao_data, tiny_builtin, max_steps=3))
+    train(make_cfg(tmp_path / "b", tvr_ao_data, tiny_builtin, max_steps=3, **{"data.engine": "tensor"}))
+    wa, wb = weights(tmp_path / "a" / "final"), weights(tmp_path / "b" / "final")
+    for key in wa:
+        torch.testing.assert_close(wa[key], wb[key], atol=1e-4, rtol=1e-3)
