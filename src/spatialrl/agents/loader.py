@@ -40,12 +40,14 @@ def load_policy(
     concurrency: int = 8,
     timeout: float = 60.0,
     max_retries: int = 5,
+    max_wait: float = 60.0,
     seed: int = 0,
     **kwargs: Any,
 ) -> Policy:
     """Build the policy a spec names. ``device`` defaults to cuda when available; ``dtype`` (``bf16``,
     ``fp16``, ``fp32``) to bf16 on GPU and fp32 on CPU. Extra ``kwargs`` go to the policy's constructor
-    (e.g. ``max_pixels``, ``max_batch_size`` for local models)."""
+    (e.g. ``max_pixels``, ``max_batch_size`` for local models). ``timeout`` (seconds per attempt),
+    ``max_retries`` and ``max_wait`` (longest ``Retry-After`` honoured) apply to ``openai:`` specs."""
     kind, _, rest = spec.partition(":")
     if kind == "expert" and not rest:
         from spatialrl.agents.expert import ExpertPolicy
@@ -57,7 +59,7 @@ def load_policy(
         return RandomPolicy(seed=seed, **kwargs)
     if kind == "openai":
         model, url = split_openai_spec(rest)
-        return _openai(model, url, api_key_env, concurrency, timeout, max_retries, kwargs)
+        return _openai(model, url, api_key_env, concurrency, timeout, max_retries, max_wait, kwargs)
     if kind == "hf":
         if not rest:
             raise DataError("hf: spec needs a model folder: hf:PATH")
@@ -90,11 +92,11 @@ def load_builtin_policy(name: str, *, device: str | None = None, dtype: str | No
 
 
 def _openai(model: str, url: str, api_key_env: str, concurrency: int, timeout: float, max_retries: int,
-            kwargs: dict[str, Any]) -> Policy:
+            max_wait: float, kwargs: dict[str, Any]) -> Policy:
     from spatialrl.agents.openai_api import OpenAIPolicy
 
     return OpenAIPolicy(model, base_url=url, api_key_env=api_key_env, concurrency=concurrency, timeout=timeout,
-                        max_retries=max_retries, **kwargs)
+                        max_retries=max_retries, max_wait=max_wait, **kwargs)
 
 
 def _torch_dtype(name: str | None) -> Any:

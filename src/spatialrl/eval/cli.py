@@ -33,6 +33,23 @@ def default_run_dir(task: str, agent: str, options: dict[str, Any]) -> Path:
     return Path("runs") / f"{task}-{str(split).translate(safe)}-{agent.translate(safe)}"
 
 
+def api_options(agent: str, timeout: float | None, retries: int | None, max_wait: float | None) -> dict[str, Any]:
+    """``load_policy`` options from the ``--api-*`` flags, checked before anything is written; an error
+    when they are given for an agent that is not an API agent (they would do nothing)."""
+    given = {flag: value for flag, value in (("--api-timeout", timeout), ("--api-retries", retries),
+                                              ("--api-max-wait", max_wait)) if value is not None}
+    if not given:
+        return {}
+    if not agent.startswith("openai:"):
+        raise SpatialRLError(f"{', '.join(given)} only apply to openai:MODEL@URL agents, not --agent {agent}")
+    from spatialrl.agents.openai_api import check_client_options
+
+    out = {"timeout": 60.0 if timeout is None else timeout, "max_retries": 5 if retries is None else retries,
+           "max_wait": 60.0 if max_wait is None else max_wait}
+    check_client_options(**out)
+    return out
+
+
 def eval_command(
     task: Annotated[str, typer.Option(help="Task: tvr, virl or gp.")],
     agent: Annotated[str, typer.Option(help="expert | random | hf:PATH | openai:MODEL@URL | builtin:NAME")] = "expert",
@@ -54,6 +71,13 @@ def eval_command(
     report: Annotated[bool, typer.Option(help="Write report.md/report.html into the run folder.")] = True,
     retry_errors: Annotated[bool, typer.Option(
         help="On a re-run, run episodes that ended with an error again (--no-retry-errors keeps them).")] = True,
+    api_timeout: Annotated[float | None, typer.Option(
+        help="openai: agents: seconds one request attempt may take [default: 60].")] = None,
+    api_retries: Annotated[int | None, typer.Option(
+        help="openai: agents: retries after a 429, 5xx, timeout or dropped connection [default: 5].")] = None,
+    api_max_wait: Annotated[float | None, typer.Option(
+        help="openai: agents: longest Retry-After honoured, in seconds; a server asking for more fails "
+             "that request at once [default: 60].")] = None,
 ) -> None:
     """Evaluate an agent on a task; resumable (re-running the same command skips finished episodes)."""
     from rich.console import Console
@@ -72,11 +96,13 @@ def eval_command(
         if limit is not None:
             options["limit"] = limit  # the suite applies it (per split where it has several)
         options.update(parse_sets(set_))
+        policy_options = api_options(agent, api_timeout, api_retries, api_max_wait)
         if out is None:
             out = default_run_dir(task, agent, options)
         sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
         result, metrics = evaluate(task, agent, options, out, batch_size=batch_size, sampling=sampling,
-                                   label=label, overwrite=overwrite, seed=seed, retry_errors=retry_errors)
+                                   label=label, overwrite=overwrite, seed=seed, retry_errors=retry_errors,
+                                   policy_options=policy_options)
         again = [f"{n} {what}" for n, what in ((result.retried_errors, "errored before, run again"),
                                                (result.redone_incomplete, "with torn step records, run again")) if n]
         console.print(

@@ -28,6 +28,7 @@ def evaluate(
     seed: int = 0,
     progress: bool = True,
     retry_errors: bool = True,
+    policy_options: dict[str, Any] | None = None,
 ) -> tuple[RunResult, dict[str, dict[str, float]]]:
     """Evaluate ``agent`` (a spec such as ``expert`` or ``hf:PATH``, or a ready ``policy``) on ``task``.
 
@@ -36,6 +37,8 @@ def evaluate(
     re-running the same evaluation resumes it (and runs episodes that ended with an error again, unless
     ``retry_errors`` is False). Errored episodes are counted in ``metrics.json`` (``errors`` per
     category, the first messages in ``overall.error_messages``) and left out of the other metrics.
+    ``policy_options`` go to :func:`load_policy` (e.g. an API agent's ``timeout``, ``max_retries``); they
+    are not part of the run's identity.
     """
     suite = get_suite(task)
     options = {**suite.default_options, **options}
@@ -50,7 +53,7 @@ def evaluate(
     if policy is None:
         from spatialrl.agents.loader import load_policy
 
-        policy = load_policy(agent, seed=seed)
+        policy = load_policy(agent, seed=seed, **(policy_options or {}))
     result = run_episodes(suite, options, policy, episodes, batch_size=batch_size, sampling=sampling,
                           out_dir=out, progress=progress, retry_errors=retry_errors)
     metrics = summarize_run(suite, result.episodes)
