@@ -80,3 +80,21 @@ def test_training_on_the_engine_equals_the_collator(tmp_path, tvr_ao_data, tiny_
     wa, wb = weights(tmp_path / "a" / "final"), weights(tmp_path / "b" / "final")
     for key in wa:
         torch.testing.assert_close(wa[key], wb[key], atol=1e-4, rtol=1e-3)
+
+
+def test_merge_joins_shards(tmp_path, tvr_ao_data, tvr_va_data):
+    from spatialrl.train.data import merge_sft_datasets
+
+    merged = tmp_path / "merged"
+    meta = merge_sft_datasets([tvr_ao_data, tvr_ao_data], merged)
+    one = SFTDataset(tvr_ao_data)
+    both = SFTDataset(merged)
+    assert len(both) == 2 * len(one) == meta["samples"]
+    assert len({r["id"] for r in both.rows}) == len(both)
+
+    def first_image(sample):
+        return next(p["image"] for m in sample["messages"] for p in m["content"] if p["type"] == "image")
+
+    assert np.array_equal(first_image(both[len(one)]), first_image(one[0]))
+    with pytest.raises(DataError, match="not empty"):
+        merge_sft_datasets([tvr_ao_data], merged)

@@ -158,6 +158,24 @@ def data_sft_command(
         _fail(e)
 
 
+@data_app.command("merge")
+def data_merge_command(
+    sources: Annotated[list[Path], typer.Argument(help="Dataset folders to join (e.g. shards built in parallel).")],
+    out: Annotated[Path, typer.Option(help="Dataset folder to write.")],
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing dataset folder.")] = False,
+) -> None:
+    """Join SFT dataset folders of one task into one (samples in order, images deduplicated)."""
+    from rich.console import Console
+
+    try:
+        from spatialrl.train.data import merge_sft_datasets
+
+        meta = merge_sft_datasets(sources, out, overwrite=overwrite)
+        Console().print(f"[green]{meta['samples']} samples, {meta['images']} images from {len(sources)} datasets → {out}[/green]")
+    except (SpatialRLError, KeyError, ValueError) as e:
+        _fail(e)
+
+
 @train_app.command("ppo", context_settings=OVERRIDE_CONTEXT)
 def ppo_command(
     ctx: typer.Context,

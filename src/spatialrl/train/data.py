@@ -309,6 +309,62 @@ def build_sft_dataset(
     return meta
 
 
+def merge_sft_datasets(sources: list[str | Path], out: str | Path, overwrite: bool = False) -> dict[str, Any]:
+    """One dataset from several (e.g. shards built in parallel processes, on different cities or benches).
+
+    Samples keep their order, source by source; a sample id seen before gets the ``<source index>:`` prefix.
+    Images are content-addressed, so the union of the ``images/`` folders is exact (hard links where the
+    file system allows). Built under a temporary name and renamed, like ``build_sft_dataset``.
+    """
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise DataError(f"{out}: folder exists and is not empty (pass --overwrite to replace it)")
+    datasets = [SFTDataset(src) for src in sources]
+    if not datasets:
+        raise DataError("merge: no source datasets")
+    tasks = {d.meta.get("task") for d in datasets}
+    if len(tasks) != 1:
+        raise DataError(f"merge: the sources hold different tasks {sorted(map(str, tasks))}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        (tmp / "images").mkdir()
+        rows, seen, categories, n_images = [], set(), {}, 0
+        for k, d in enumerate(datasets):
+            for image in (d.root / "images").iterdir():
+                target = tmp / "images" / image.name
+                if target.exists():
+                    continue
+                try:
+                    os.link(image, target)
+                except OSError:
+                    shutil.copyfile(image, target)
+                n_images += 1
+            for row in d.rows:
+                row = dict(row)
+                if row["id"] in seen:
+                    row["id"] = f"{k}:{row['id']}"
+                seen.add(row["id"])
+                categories[row.get("category")] = categories.get(row.get("category"), 0) + 1
+                rows.append(row)
+        write_jsonl(tmp / "samples.jsonl", rows)
+        first = datasets[0].meta
+        meta = {**{k: first.get(k) for k in ("format", "task", "samples_mode", "cot")},
+                "options": first.get("options"), "merged_from": [str(Path(s)) for s in sources],
+                "source_meta": [d.meta for d in datasets],
+                "episodes": sum(int(d.meta.get("episodes", 0)) for d in datasets), "samples": len(rows),
+                "assistant_turns": sum(len(r.get("turns", [0])) for r in rows), "images": n_images,
+                "categories": categories, "episodes_dropped": []}
+        atomic_write_json(tmp / "meta.json", meta)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return meta
+
+
 @lru_cache(maxsize=4)
 def _rows_of(root: str) -> list[dict[str, Any]]:
     return list(read_jsonl(Path(root) / "samples.jsonl"))
