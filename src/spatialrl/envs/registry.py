@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 
 from spatialrl.agents.base import Conversation
+from spatialrl.errors import SpatialRLError
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,51 @@ _SUITE_MODULES = {
 }
 
 
+def check_option_values(task: str, options: dict[str, Any], defaults: dict[str, Any],
+                        choices: dict[str, tuple[Any, ...]] | None = None,
+                        minimum: dict[str, float] | None = None) -> None:
+    """Check ``--set`` values against the type of each option's default, its allowed ``choices`` and its
+    ``minimum``: one error naming the option and what it accepts (before any run folder is made).
+    Options whose default is None (free-form, checked by the suite) are not type-checked here."""
+    import math
+
+    from spatialrl.errors import DataError
+
+    for key, value in options.items():
+        allowed = (choices or {}).get(key)
+        if allowed is not None:
+            if value not in allowed:
+                raise DataError(f"{task} option {key}={value!r}: expected one of {', '.join(map(str, allowed))}")
+            continue
+        default = defaults.get(key)
+        if default is None:
+            continue
+        if isinstance(default, bool):
+            ok, want = isinstance(value, bool), "true or false"
+        elif isinstance(default, int):
+            ok, want = isinstance(value, int) and not isinstance(value, bool), "an integer"
+        elif isinstance(default, float):
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            want = "a finite number"
+        elif isinstance(default, str):
+            ok, want = isinstance(value, str), "a string"
+        else:
+            continue
+        low = (minimum or {}).get(key)
+        if ok and low is not None and value < low:
+            ok = False
+        if not ok:
+            bound = f" >= {low:g}" if low is not None else ""
+            raise DataError(f"{task} option {key}={value!r}: expected {want}{bound} (default {default!r})")
+
+
+class UnknownTask(SpatialRLError, KeyError):
+    """``--task`` (or a config's task name) names no registered suite."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def register_suite(suite: TaskSuite) -> TaskSuite:
     _SUITES[suite.name] = suite
     return suite
@@ -91,7 +137,7 @@ def get_suite(name: str) -> TaskSuite:
     if name not in _SUITES:
         module = _SUITE_MODULES.get(name)
         if module is None:
-            raise KeyError(f"unknown task {name!r}; known tasks: {', '.join(sorted(_SUITE_MODULES))}")
+            raise UnknownTask(f"unknown task {name!r}; known tasks: {', '.join(sorted(_SUITE_MODULES))}")
         import importlib
 
         importlib.import_module(module)

@@ -9,7 +9,7 @@ from typing import Any
 from spatialrl.agents.base import Policy, SamplingParams
 from spatialrl.envs.registry import get_suite
 from spatialrl.errors import SpatialRLError
-from spatialrl.eval.runs import open_run_dir, summarize_run
+from spatialrl.eval.runs import check_run_dir, open_run_dir, summarize_run
 from spatialrl.io import atomic_write_json
 from spatialrl.rollout.runner import RunResult, run_episodes
 
@@ -43,17 +43,21 @@ def evaluate(
     suite = get_suite(task)
     options = {**suite.default_options, **options}
     sampling = sampling or SamplingParams()
+    check_run_settings(batch_size, sampling)
     out = Path(out)
     episodes = suite.episodes(options)
+    if not episodes:
+        raise SpatialRLError(f"{task}: no episodes to evaluate with options {options}; check --split/--limit/--set")
     # streams are per generate call (set by the runner), not part of a run's identity
     config = {"task": task, "agent": agent, "options": options,
               "sampling": {k: v for k, v in asdict(sampling).items() if k != "streams"},
               "label": label or agent}
-    open_run_dir(out, config, overwrite=overwrite)
+    check_run_dir(out, config, overwrite=overwrite)  # before loading a model: a wrong --out fails fast
     if policy is None:
         from spatialrl.agents.loader import load_policy
 
         policy = load_policy(agent, seed=seed, **(policy_options or {}))
+    open_run_dir(out, config, overwrite=overwrite)  # everything is checked: only now is the folder made
     result = run_episodes(suite, options, policy, episodes, batch_size=batch_size, sampling=sampling,
                           out_dir=out, progress=progress, retry_errors=retry_errors)
     metrics = summarize_run(suite, result.episodes)
@@ -71,3 +75,22 @@ def check_not_all_errored(result: RunResult) -> None:
         first = errored[0]
         raise SpatialRLError(f"all {len(errored)} episodes ended with an error, nothing was measured; first "
                              f"({first.get('episode_id')}): {first['error']}")
+
+
+def check_run_settings(batch_size: int, sampling: SamplingParams) -> None:
+    """Validate the runner and decoding settings; each error names the flag and the allowed values."""
+    import math
+
+    def bad(flag: str, want: str, got: Any) -> SpatialRLError:
+        return SpatialRLError(f"{flag}: expected {want}, got {got!r}")
+
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise bad("--batch-size", "an integer >= 1", batch_size)
+    if not isinstance(sampling.temperature, int | float) or not math.isfinite(sampling.temperature) \
+            or sampling.temperature < 0:
+        raise bad("--temperature", "a finite number >= 0 (0 = greedy)", sampling.temperature)
+    if not isinstance(sampling.top_p, int | float) or not 0 < sampling.top_p <= 1:
+        raise bad("--top-p", "a number in (0, 1]", sampling.top_p)
+    if isinstance(sampling.max_new_tokens, bool) or not isinstance(sampling.max_new_tokens, int) \
+            or sampling.max_new_tokens < 1:
+        raise bad("--max-new-tokens", "an integer >= 1", sampling.max_new_tokens)

@@ -15,25 +15,52 @@ from spatialrl.io import atomic_write_json, read_jsonl
 _IDENTITY_KEYS = ("task", "agent", "options", "sampling")
 
 
-def open_run_dir(out: Path, config: dict[str, Any], overwrite: bool = False) -> None:
-    """Create ``out`` for ``config`` or check that an existing run there is the same run (resume)."""
+def config_differences(old: Any, new: Any, key: str = "") -> list[str]:
+    """``["options.memory: 'va' in run.json, 'ao' now", ...]``: every leaf where two configs differ."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for k in list(old) + [k for k in new if k not in old]:
+            sub = f"{key}.{k}" if key else str(k)
+            if k not in new:
+                out.append(f"{sub}: {old[k]!r} in run.json, not set now")
+            elif k not in old:
+                out.append(f"{sub}: not in run.json, {new[k]!r} now")
+            else:
+                out += config_differences(old[k], new[k], sub)
+        return out
+    return [] if old == new else [f"{key}: {old!r} in run.json, {new!r} now"]
+
+
+def check_run_dir(out: Path, config: dict[str, Any], overwrite: bool = False) -> None:
+    """Raise if ``out`` holds a different run or is not a run folder (changes nothing on disk)."""
     run_json = out / "run.json"
-    if out.exists() and overwrite:
-        shutil.rmtree(out)
+    if overwrite:
+        return
     if run_json.exists():
         import json
 
-        old = json.loads(run_json.read_text())
-        diff = [k for k in _IDENTITY_KEYS if old.get(k) != config.get(k)]
+        try:
+            old = json.loads(run_json.read_text())
+        except json.JSONDecodeError as e:
+            raise SpatialRLError(f"{run_json}: malformed JSON ({e}); pass --overwrite to start the run again") from None
+        diff = [d for k in _IDENTITY_KEYS for d in config_differences(old.get(k), config.get(k), k)]
         if diff:
             raise SpatialRLError(
-                f"{run_json} belongs to a different run (differs in: {', '.join(diff)}); "
-                "choose another --out or pass --overwrite"
+                f"{run_json} belongs to a different run; it differs in {'; '.join(diff)}. "
+                "Choose another --out, or pass --overwrite to delete it"
             )
         return
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SpatialRLError(f"{out} exists and is not a spatialrl run folder; choose another --out")
-    atomic_write_json(run_json, config)
+
+
+def open_run_dir(out: Path, config: dict[str, Any], overwrite: bool = False) -> None:
+    """Create ``out`` for ``config`` or check that an existing run there is the same run (resume)."""
+    check_run_dir(out, config, overwrite)
+    if out.exists() and overwrite:
+        shutil.rmtree(out)
+    if not (out / "run.json").exists():
+        atomic_write_json(out / "run.json", config)
 
 
 @dataclass

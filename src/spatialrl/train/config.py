@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -91,6 +92,13 @@ class OptimConfig:
     min_lr_ratio: float = field(default=0.0, metadata=_help("Floor of the decay as a fraction of lr."))
     max_grad_norm: float = field(default=1.0, metadata=_help("Global gradient clipping; <= 0 disables it."))
 
+    def __post_init__(self) -> None:
+        _at_least(self, lr=0.0, weight_decay=0.0, min_lr_ratio=0.0)
+        _above(self, eps=0.0)
+        for name in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"{name}: must be in [0, 1), got {getattr(self, name)}")
+
 
 @dataclass
 class CheckpointConfig:
@@ -101,6 +109,9 @@ class CheckpointConfig:
         metadata=_help("auto = continue from the newest checkpoint in output_dir if any; never; or a checkpoint folder."),
     )
 
+    def __post_init__(self) -> None:
+        _at_least(self, every=0)
+
 
 @dataclass
 class LoggingConfig:
@@ -109,6 +120,9 @@ class LoggingConfig:
         default="auto", metadata=_help("auto = TensorBoard when installed; W&B only when asked for by name.")
     )
     wandb_project: str = field(default="spatialrl", metadata=_help("W&B project (report_to=wandb)."))
+
+    def __post_init__(self) -> None:
+        _at_least(self, every=1)
 
 
 @dataclass
@@ -121,6 +135,11 @@ class ClosedLoopEvalConfig:
     episodes: int = field(default=16, metadata=_help("Episodes per evaluation: the first N of each split (TVR: spread over categories)."))
     batch_size: int = field(default=16, metadata=_help("Episodes stepped together per generate call."))
     max_new_tokens: int = field(default=64, metadata=_help("Generation budget per turn."))
+
+    def __post_init__(self) -> None:
+        _at_least(self, every=0, episodes=1, batch_size=1, max_new_tokens=1)
+        if self.task is not None:
+            check_task_name(self.task)
 
 
 # ------------------------------------------------------------------------------------------------- SFT
@@ -170,12 +189,39 @@ class SFTConfig:
         for name in ("per_device_batch_size", "grad_accum"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        _at_least(self, epochs=0.0, max_steps=0, time_budget_minutes=0.0, eval_loss_every=0, check_sync_every=0)
         if self.epochs <= 0 and self.max_steps <= 0:
             raise ConfigError("set epochs > 0 or max_steps > 0 (both are 0: nothing to train)")
         if not 0.0 <= self.optim.warmup_ratio < 1.0:
             raise ConfigError(f"optim.warmup_ratio: must be in [0, 1), got {self.optim.warmup_ratio}")
         if self.checkpoint.keep_last < 1:
             raise ConfigError(f"checkpoint.keep_last: must be >= 1, got {self.checkpoint.keep_last}")
+
+
+# ------------------------------------------------------------------------------------------ checks
+def _at_least(cfg: Any, **minimum: float) -> None:
+    """``key: must be >= LOW`` for each field below its minimum (NaN/inf never get here: see _coerce)."""
+    for name, low in minimum.items():
+        value = getattr(cfg, name)
+        if isinstance(value, int | float) and not (value >= low):
+            raise ConfigError(f"{name}: must be {'an integer' if isinstance(low, int) else 'a number'} >= {low}, "
+                              f"got {value}")
+
+
+def _above(cfg: Any, **minimum: float) -> None:
+    for name, low in minimum.items():
+        value = getattr(cfg, name)
+        if not value > low:
+            raise ConfigError(f"{name}: must be > {low}, got {value}")
+
+
+def check_task_name(name: str, key: str = "task") -> None:
+    """``key`` names one of the task suites (tvr, virl, gp, or one registered at run time)."""
+    from spatialrl.envs import registry
+
+    known = sorted(set(registry.task_names()) | set(registry._SUITES))
+    if name not in known:
+        raise ConfigError(f"{key}: unknown task {name!r}; expected one of {', '.join(known)}")
 
 
 # ------------------------------------------------------------------------------------------ machinery
@@ -260,11 +306,16 @@ def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
     if tp is float:
         if isinstance(value, str):  # YAML 1.1 reads `1e-5` (no dot) as a string
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 raise fail("a number") from None
+            if not math.isfinite(number):
+                raise fail("a finite number (not NaN or infinity)")
+            return number
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise fail("a number")
+        if not math.isfinite(value):
+            raise fail("a finite number (not NaN or infinity)")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):

@@ -17,6 +17,7 @@ from spatialrl.train.config import (
     LoggingConfig,
     ModelConfig,
     OptimConfig,
+    check_task_name,
 )
 
 
@@ -40,6 +41,9 @@ class RLTaskConfig:
     env_threads: int = field(default=0, metadata=_help(
         "Threads stepping a turn's envs, for suites whose envs are thread-safe (V-IRL); 0 = one per CPU "
         "core. Results do not depend on it."))
+
+    def __post_init__(self) -> None:
+        check_task_name(self.name, "name")
 
 
 @dataclass

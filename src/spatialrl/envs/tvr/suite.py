@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from spatialrl.envs.registry import EpisodeSpec, TaskSuite, register_suite
+from spatialrl.envs.registry import EpisodeSpec, TaskSuite, check_option_values, register_suite
 from spatialrl.envs.tvr import metrics
-from spatialrl.envs.tvr.prompts import TVRPrompter
+from spatialrl.envs.tvr.prompts import MEMORY_MODES, TVRPrompter
 from spatialrl.envs.tvr.tasks import CATEGORIES, open_bench
 from spatialrl.errors import DataError
 
@@ -39,12 +39,16 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "expert_tie_break": "look_first",  # among equally optimal actions: look_first | canonical (oracle.py)
 }
 _KNOWN = set(DEFAULT_OPTIONS)
+_CHOICES = {"memory": MEMORY_MODES, "distance": ("euclidean", "geodesic")}  # split: the bench says which it has
+_MINIMUM = {"history_len": 0, "window": 1, "width": 16, "height": 16, "cache_mb": 0, "max_steps_single": 1,
+            "max_steps_multi": 1}
 
 
 def _options(options: dict[str, Any]) -> dict[str, Any]:
     unknown = set(options) - _KNOWN
     if unknown:
         raise DataError(f"unknown TVR option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_KNOWN))}")
+    check_option_values("tvr", options, DEFAULT_OPTIONS, choices=_CHOICES, minimum=_MINIMUM)
     opts = {**DEFAULT_OPTIONS, **options}
     if not opts["data"]:
         raise DataError("TVR needs a bench folder: --data DIR (make one with `spatialrl tvr make-bench --out DIR`)")
