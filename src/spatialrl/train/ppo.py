@@ -34,7 +34,6 @@ What one update does (``spec/training.md``; reference: ``rl/trainer/{llama_train
 
 from __future__ import annotations
 
-import io
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +82,7 @@ from spatialrl.train.rl_common import (
     vision_cache_metrics,
 )
 from spatialrl.train.rl_config import PPOConfig
+from spatialrl.train.safe_state import load_state, state_bytes
 
 ROLLOUT_DIR = "rollout_state"
 
@@ -212,7 +212,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
         path = out / ROLLOUT_DIR / f"update-{update:06d}-rank-{rank}.pt"
         if not path.is_file():
             raise DataError(f"{path}: missing; the checkpoint {resume_from} has no rollout state for rank {rank}")
-        saved = torch.load(path, weights_only=False)
+        saved = load_state(path)  # weights_only: a copied run folder cannot run code
         rollout_state.update(saved["counters"])
         for i, item in enumerate(saved["slots"]):
             if item is not None:
@@ -234,9 +234,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
     def save(at: int) -> None:
         # Rollout state first (a checkpoint folder without it is never complete), then the checkpoint.
         blob = {"slots": pool.snapshot(), "counters": dict(rollout_state)}
-        buffer = io.BytesIO()
-        torch.save(blob, buffer)
-        atomic_write_bytes(out / ROLLOUT_DIR / f"update-{at:06d}-rank-{rank}.pt", buffer.getvalue())
+        atomic_write_bytes(out / ROLLOUT_DIR / f"update-{at:06d}-rank-{rank}.pt", state_bytes(blob))
         state = {"update": at, "world_size": world, "num_envs": cfg.num_envs, "config": config_to_dict(cfg)}
         path = save_checkpoint(accelerator, model, processor, out, at, state, cfg.checkpoint.keep_last)
         if accelerator.is_main_process:
