@@ -44,3 +44,46 @@ def test_make_toy_data_writes_a_valid_dataset(tmp_path):
     assert res.exit_code == 0, res.output
     assert check_dataset(out) == []
     assert runner.invoke(app, ["make-toy-data", str(out)]).exit_code == 2  # refuses to overwrite
+
+
+def test_check_data_says_which_panoramas_it_checked(golden_data, tmp_path):
+    """Issue 23, fault 11: check-data used to print "ok ... N panoramas" having checked only those a rail
+    reaches. It now says what it checked, --all-panoramas checks the rest, and eval's check agrees."""
+    import pickle
+
+    import pytest
+
+    from spatialrl.envs.virl.validate import check_report, load_dataset
+    from spatialrl.errors import DataError
+
+    data = shutil.copytree(golden_data, tmp_path / "extra")
+    mapping = pickle.loads((data / "gps_pano_mapping.pkl").read_bytes())
+    lat, lng = next(iter(mapping))
+    mapping[(lat + 0.05, lng)] = "unreached_pano"  # ~5.5 km away, no image: no rail point relocates to it
+    (data / "gps_pano_mapping.pkl").write_bytes(pickle.dumps(mapping))
+    report = check_report(data)
+    total = len(set(mapping.values()))
+    assert report.panoramas == total and report.checked == report.reachable < total and not report.problems
+
+    res = runner.invoke(app, ["check-data", str(data)])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert f"{total} panoramas in the mapping" in text
+    assert f"checked the {report.reachable} panoramas the rails reach (image decoded, metadata read)" in text
+    assert f"the other {total - report.reachable} in gps_pano_mapping.pkl" in text and "not checked" in text
+    load_dataset(data)  # eval's up-front check looks at the same panoramas: it passes too
+
+    res = runner.invoke(app, ["check-data", str(data), "--all-panoramas"])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 1 and "2 problem(s)" in text  # its image and its metadata
+    assert "pano 'unreached_pano' (in gps_pano_mapping.pkl; no rail reaches it): street_views/unreached_pano.jpg is missing" in text
+    assert f"all {total} panoramas checked" in text
+
+    # a missing image a rail reaches: both checks report it, and say what they checked
+    reached = sorted((data / "street_views").glob("*.jpg"))[0]
+    reached.unlink()
+    res = runner.invoke(app, ["check-data", str(data)])
+    assert res.exit_code == 1 and f"checked the {report.reachable} panoramas the rails reach" in " ".join(res.output.split())
+    with pytest.raises(DataError, match=f"checked the {report.reachable} panoramas the rails reach "
+                                        r"\(image file present, metadata read\)"):
+        load_dataset(data)

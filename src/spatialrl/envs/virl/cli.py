@@ -18,23 +18,30 @@ app = typer.Typer(help="V-IRL street-view navigation: datasets, rails, views.", 
 def check_data(
     data: Annotated[Path, typer.Argument(help="Dataset folder (route_infos.json, gps_pano_mapping.pkl, street_views/).")],
     language_only: Annotated[bool, typer.Option("--language-only", help="Skip image checks (V-IRL-L needs none).")] = False,
-    decode: Annotated[bool, typer.Option(help="Decode every panorama used by a rail (slower, thorough).")] = True,
+    decode: Annotated[bool, typer.Option(help="Decode every checked panorama (slower, thorough).")] = True,
     straight_line_length: Annotated[int, typer.Option(help="Interpolated points per segment (reference: 5).")] = 5,
+    all_panoramas: Annotated[bool, typer.Option(
+        "--all-panoramas", help="Check every panorama of gps_pano_mapping.pkl, not only those a rail reaches "
+                                "(the only ones an episode loads, and what `eval` checks).")] = False,
 ) -> None:
-    """Validate a dataset up front: list every problem (route, point, file); exit 1 if there is any."""
+    """Validate a dataset up front: list every problem (route, point, file); exit 1 if there is any.
+    The last line says exactly which panoramas were checked."""
     from rich.console import Console
 
     from spatialrl.envs.virl.data import read_dataset
-    from spatialrl.envs.virl.validate import check_dataset
+    from spatialrl.envs.virl.validate import check_report
     from spatialrl.errors import DataError
 
     console = Console()
-    problems = check_dataset(data, images=not language_only, decode=decode,
-                             straight_line_length=straight_line_length, progress=True)
+    report = check_report(data, images=not language_only, decode=decode,
+                          straight_line_length=straight_line_length, progress=True, all_panoramas=all_panoramas)
+    problems = report.problems
     if problems:
         console.print(f"[red]{len(problems)} problem(s) in {data}:[/red]")
         for p in problems:
             console.print(f"  {p}", markup=False, highlight=False)
+        if report.routes:
+            console.print(f"scope: {report.scope()}", markup=False, highlight=False)
         raise typer.Exit(1)
     try:
         dataset, _ = read_dataset(data)
@@ -46,9 +53,10 @@ def check_data(
         hist[len(r.milestones)] = hist.get(len(r.milestones), 0) + 1
     shape = ", ".join(f"{k}: {v}" for k, v in sorted(hist.items()))
     console.print(
-        f"[green]ok[/green] {data}: {len(dataset.routes)} routes, {len(dataset.panos)} panoramas; "
+        f"[green]ok[/green] {data}: {len(dataset.routes)} routes, {report.panoramas} panoramas in the mapping; "
         f"routes per milestone count {{{shape}}}"
     )
+    console.print(f"scope: {report.scope()}", markup=False, highlight=False)
 
 
 @app.command("show-route")
