@@ -142,6 +142,11 @@ def test_changed_houses_are_detected(bench_dir, tmp_path):
     scenes = json.loads((copy / "scenes.json").read_text())
     scenes["eval"][0]["fingerprint"] = "0" * 16
     (copy / "scenes.json").write_text(json.dumps(scenes))
+    # a self-consistent bench (file hashes updated) made by an older house generator
+    from spatialrl.envs.tvr.bench import bench_file_hashes
+
+    manifest = json.loads((copy / "bench.json").read_text())
+    (copy / "bench.json").write_text(json.dumps(manifest | {"files": bench_file_hashes(copy)}))
     env = TVREnv(bench=copy, width=32, height=18)
     task = next(t for t in Bench(copy).tasks("eval") if t["scene"] == scenes["eval"][0]["scene"])
     with pytest.raises(DataError, match="regenerate the bench"):

@@ -357,10 +357,20 @@ def make_bench(out: str | Path, cfg: BenchConfig, force: bool = False, progress:
         "optimal_steps": "oracle BFS actions under the task's mode, including the final Stop",
         "counts": counts,
         "timings_s": timings,
+        # what the bench's content is: checked on load, so an edited, truncated or swapped file is an error
+        "files": bench_file_hashes(tmp),
     }
     atomic_write_json(tmp / "bench.json", manifest)
     _swap_into_place(tmp, out)
     return manifest
+
+
+def bench_file_hashes(root: Path) -> dict[str, str]:
+    """SHA-256 of ``scenes.json`` and every ``tasks/*.json`` of a bench folder, by relative path."""
+    import hashlib
+
+    paths = [root / "scenes.json", *sorted((root / "tasks").glob("*.json"))]
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
 
 
 def _house_generator_version() -> int:

@@ -8,9 +8,14 @@ final Stop), ``category`` (``single-easy`` …) and ``mode`` (``navigation``, ``
 
 A bench folder::
 
-    bench.json                manifest: seed, sizes, generator version, timings
-    scenes.json               split -> [{scene, kind, room_type, seed}]
+    bench.json                manifest: seed, sizes, generator version, timings, and ``files``: the
+                              SHA-256 of scenes.json and of every task file (checked on load)
+    scenes.json               split -> [{scene, kind, room_type, seed, fingerprint}]
     tasks/{eval,sft,rl,diag_rotate,diag_move}.json
+
+Integrity: a file whose hash differs from ``bench.json``'s ``files`` (edited, truncated or swapped
+since ``make-bench``), a malformed ``scenes.json`` entry, a task whose scene ``scenes.json`` does not
+list, and an empty split are errors naming the file and field.
 
 A scene id names its generator inputs, ``<kind>-<room type>-<6-digit seed>`` → ``generate_house(seed,
 kind, room_type)`` (``single-kitchen-004211``: one kitchen; ``multi-bedroom-000731``: a 2–3-room house
@@ -19,6 +24,7 @@ whose first room is a bedroom), so a bench rebuilds every house from its files a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -174,6 +180,32 @@ def validate_tasks(tasks: Any, source: str) -> list[dict[str, Any]]:
     return tasks
 
 
+def validate_scenes(scenes: Any, source: str) -> None:
+    """``scenes.json``: ``{split: [{scene, kind, room_type, seed, fingerprint?}, ...]}`` with each entry's
+    fields agreeing with its scene id; errors name ``source``, the split, the index and the field."""
+    if not isinstance(scenes, dict):
+        raise DataError(f"{source}: expected an object of split -> scene list, got {type(scenes).__name__}")
+    for split, refs in scenes.items():
+        if not isinstance(refs, list):
+            raise DataError(f"{source}: {split}: expected a list of scene entries, got {type(refs).__name__}")
+        for i, entry in enumerate(refs):
+            where = f"{source}: {split}[{i}]"
+            if not isinstance(entry, dict):
+                raise DataError(f"{where}: expected an object with scene, kind, room_type, seed, got "
+                                f"{json.dumps(entry)}")
+            try:
+                ref = SceneRef.parse(entry.get("scene"))
+            except DataError as e:
+                raise DataError(f"{where} field 'scene': {e}") from None
+            for key, want in (("kind", ref.kind), ("room_type", ref.room_type), ("seed", ref.seed)):
+                if entry.get(key) != want:
+                    raise DataError(f"{where} field '{key}': {entry.get(key)!r} disagrees with scene id "
+                                    f"{ref.scene_id!r} (expected {want!r})")
+            fp = entry.get("fingerprint")
+            if fp is not None and (not isinstance(fp, str) or not fp):
+                raise DataError(f"{where} field 'fingerprint': expected a hash string, got {fp!r}")
+
+
 def load_tasks(path: str | Path) -> list[dict[str, Any]]:
     """Read and validate one task file."""
     path = Path(path)
@@ -201,22 +233,56 @@ class Bench:
 
     @cached_property
     def manifest(self) -> dict[str, Any]:
-        return _read_json(self.root / "bench.json")
+        manifest = _read_json(self.root / "bench.json")
+        if not isinstance(manifest, dict):
+            raise DataError(f"{self.root / 'bench.json'}: expected a JSON object, got {type(manifest).__name__}")
+        files = manifest.get("files")
+        if files is not None and (not isinstance(files, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in files.items())):
+            raise DataError(f"{self.root / 'bench.json'}: field 'files': expected {{relative path: sha256}}")
+        return manifest
+
+    def _read(self, rel: str) -> Any:
+        """Read ``root/rel`` as JSON, checking it against the hash ``bench.json`` recorded (if any)."""
+        path = self.root / rel
+        if not path.is_file():
+            raise DataError(f"{path}: file not found")
+        data = path.read_bytes()
+        files = self.manifest.get("files")
+        if files is not None:
+            if rel not in files:
+                raise DataError(f"{path}: not listed in {self.root / 'bench.json'} field 'files' (added after "
+                                "make-bench); regenerate the bench with `spatialrl tvr make-bench`")
+            if hashlib.sha256(data).hexdigest() != files[rel]:
+                raise DataError(f"{path}: does not match its fingerprint in {self.root / 'bench.json'} (edited, "
+                                "truncated or swapped since make-bench); regenerate the bench with "
+                                "`spatialrl tvr make-bench`")
+        try:
+            return json.loads(data.decode("utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise DataError(f"{path}: malformed JSON: {e}") from None
 
     @cached_property
     def scenes(self) -> dict[str, list[dict[str, Any]]]:
-        return _read_json(self.root / "scenes.json")
+        scenes = self._read("scenes.json")
+        validate_scenes(scenes, str(self.root / "scenes.json"))
+        return scenes
+
+    def has_scene_list(self) -> bool:
+        """Whether the bench lists its scenes (every made bench does; a hand-made task folder may not)."""
+        return self.manifest.get("files") is not None or (self.root / "scenes.json").is_file()
 
     def fingerprint(self, scene_id: str) -> str | None:
         """The house fingerprint recorded for ``scene_id`` when the bench was made (None if absent)."""
         if self._fingerprints is None:
-            raw = self.scenes if isinstance(self.scenes, dict) else {}
-            self._fingerprints = {e.get("scene"): e.get("fingerprint") for refs in raw.values()
-                                  if isinstance(refs, list) for e in refs if isinstance(e, dict)}
+            self._fingerprints = {e["scene"]: e.get("fingerprint") for refs in self.scenes.values() for e in refs}
         return self._fingerprints.get(scene_id)
 
     def splits(self) -> list[str]:
-        return [s for s in SPLITS if (self.root / "tasks" / f"{s}.json").is_file()]
+        """Splits with a task file, less those the bench was made without (size 0 in ``bench.json``)."""
+        sizes = self.manifest.get("sizes")
+        sizes = sizes if isinstance(sizes, dict) else {}
+        return [s for s in SPLITS if (self.root / "tasks" / f"{s}.json").is_file() and sizes.get(s) != 0]
 
     def tasks(self, split: str) -> list[dict[str, Any]]:
         if split not in self._tasks:
@@ -224,8 +290,28 @@ class Bench:
             if not path.is_file():
                 raise DataError(f"{self.root}: unknown split {split!r}; this bench has "
                                 f"{', '.join(self.splits()) or 'no task files'}")
-            self._tasks[split] = load_tasks(path)
+            tasks = validate_tasks(self._read(f"tasks/{split}.json"), str(path))
+            if self.has_scene_list():
+                for i, t in enumerate(tasks):
+                    if self.fingerprint(t["scene"]) is None:
+                        raise DataError(f"{path}: task [{i}] ({t['task_id']}) field 'scene': {t['scene']!r} has no "
+                                        f"fingerprinted entry in {self.root / 'scenes.json'} (a swapped or "
+                                        "hand-edited scene); regenerate the bench with `spatialrl tvr make-bench`")
+            self._tasks[split] = tasks
+        if not self._tasks[split]:
+            size = self.manifest.get("sizes", {}).get(split) if isinstance(self.manifest.get("sizes"), dict) else None
+            made = f" (made with {split}={size})" if size is not None else ""
+            raise DataError(f"{self.root / 'tasks' / f'{split}.json'}: split {split!r} has no tasks{made}; choose "
+                            f"another split or make a bench with `spatialrl tvr make-bench --sizes {split}=N`")
         return self._tasks[split]
+
+    def _tasks_or_empty(self, split: str) -> list[dict[str, Any]]:
+        try:
+            return self.tasks(split)
+        except DataError:
+            if self._tasks.get(split) == []:
+                return []
+            raise
 
     def task(self, task_id: str, split: str | None = None) -> dict[str, Any]:
         """Find a task by id: in ``split`` first (cheap), then in every split."""
@@ -235,7 +321,7 @@ class Bench:
             if task_id in self._split_index[split]:
                 return self._split_index[split][task_id]
         if self._by_id is None:
-            self._by_id = {t["task_id"]: t for s in self.splits() for t in self.tasks(s)}
+            self._by_id = {t["task_id"]: t for s in self.splits() for t in self._tasks_or_empty(s)}
         if task_id not in self._by_id:
             raise DataError(f"{self.root}: unknown task id {task_id!r}")
         return self._by_id[task_id]
