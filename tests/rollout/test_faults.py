@@ -147,3 +147,18 @@ def test_missing_step_line_in_the_middle_reruns_that_episode(tmp_path, count_sui
     res = run_episodes(count_suite, {}, ExpertPolicy(), eps, batch_size=4, out_dir=tmp_path, progress=False)
     assert res.new_episodes == 1 and res.redone_incomplete == 1
     assert len(list(read_jsonl(tmp_path / "steps.jsonl"))) == len(lines)
+
+
+def test_api_requests_carry_per_episode_seeds(tmp_path, count_suite):
+    from spatialrl.agents.loader import load_policy
+
+    eps = count_suite.episodes({"n": 4})
+    sampling = SamplingParams(temperature=0.7, max_new_tokens=4, seed=3)
+    seeds = {}
+    for b in (1, 3):
+        with FaultyServer() as server:
+            policy = load_policy(f"openai:m@{server.url}")
+            run_episodes(count_suite, {}, policy, eps, batch_size=b, sampling=sampling, max_turns=2, progress=False)
+            seeds[b] = sorted(s["body"]["seed"] for s in server.served)
+    assert seeds[1] == seeds[3] and len(seeds[1]) == 8
+    assert len(set(seeds[1])) == 8  # every episode and turn has its own seed

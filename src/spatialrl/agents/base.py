@@ -15,7 +15,7 @@ from it (the env is the single source of ground truth).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 Message = dict[str, Any]
@@ -42,6 +42,17 @@ class SamplingParams:
         if seed is None or self.streams is None:
             return None
         return [int(seed) & (2**63 - 1), int(self.streams[i])]
+
+    def for_conversation(self, i: int) -> SamplingParams:
+        """The settings of conversation ``i`` alone: its own ``seed`` (a 31-bit mix of the seed and its
+        stream, for policies that take one seed per request, e.g. an API's ``seed`` field), no streams."""
+        material = self.stream_seed(i)
+        if material is None:
+            return replace(self, streams=None)
+        import hashlib
+
+        digest = hashlib.sha256(f"{material[0]}:{material[1]}".encode()).digest()
+        return replace(self, seed=int.from_bytes(digest[:4], "little") >> 1, streams=None)
 
     @property
     def greedy(self) -> bool:

@@ -243,7 +243,8 @@ class OpenAIPolicy:
             headers["Authorization"] = f"Bearer {self.api_key}"
         limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
         async with httpx.AsyncClient(headers=headers, timeout=self.timeout, limits=limits) as client:
-            tasks = [self._one(client, semaphore, c, sampling) for c in conversations]
+            # each request gets its episode's own seed (SamplingParams.streams): the same at any batch size
+            tasks = [self._one(client, semaphore, c, sampling.for_conversation(i)) for i, c in enumerate(conversations)]
             return list(await asyncio.gather(*tasks))
 
     def request_body(self, conversation: Conversation, sampling: SamplingParams) -> dict[str, Any]:
