@@ -204,3 +204,10 @@ def test_oversized_body_is_an_error(server: FaultyServer):
                           max_response_bytes=100_000)
     gen = policy.generate([conv("id=big [huge]")], SamplingParams(max_new_tokens=8))[0]
     assert gen.error and "larger than 100000 bytes" in gen.error
+
+
+def test_retry_after_is_moot_without_retries(server: FaultyServer):
+    policy = OpenAIPolicy("m", base_url=server.url, api_key="k", timeout=5, max_retries=0)
+    gen = _generate_within(policy, [conv("id=later [ra3600]")], 10)[0]
+    assert gen.error.startswith("HTTP 429") and gen.error.endswith("(after 1 attempts)")
+    assert policy.usage["retry_after_over_cap"] == 0

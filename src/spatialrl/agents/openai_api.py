@@ -314,7 +314,7 @@ class OpenAIPolicy:
                     if status not in RETRY_STATUS:
                         break  # 400/401/404...: retrying cannot help
                     wait = _retry_after_seconds(httpx.Response(status, headers=headers))
-                    if wait is not None and wait > self.max_wait:
+                    if wait is not None and wait > self.max_wait and attempt < self.max_retries:
                         self.usage["retry_after_over_cap"] += 1
                         self.usage["failures"] += 1
                         return Generation(
