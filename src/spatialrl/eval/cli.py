@@ -134,11 +134,11 @@ def report_command(
     try:
         md, html = write_report(runs, out, episodes_per_run=episodes_per_run)
         from spatialrl.envs.registry import get_suite
+        from spatialrl.eval.report import unique_labels
 
-        table = {}
-        for path in runs:
-            run = load_run(path)
-            table[run.label] = summarize_run(get_suite(run.config["task"]), run.episodes)
+        loaded = [load_run(path) for path in runs]
+        table = {label: summarize_run(get_suite(run.config["task"]), run.episodes)
+                 for label, run in zip(unique_labels(loaded), loaded, strict=True)}
         print_metrics(console, table)
         console.print(f"report: {md} · {html}")
     except SpatialRLError as e:

@@ -19,14 +19,97 @@ from spatialrl.io import atomic_write_text
 
 Metrics = dict[str, dict[str, float]]
 
+# What every metric a suite reports means (shown under the tables of a report). Exact names first, then
+# prefixes ending in "*"; the task docs (docs/tvr.md, docs/virl.md, docs/gp.md) have the derivations.
+GLOSSARY: dict[str, str] = {
+    "n": "episodes in the row (errored episodes excluded)",
+    "episodes": "episodes in the row (errored episodes excluded)",
+    "errors": "episodes ended by a policy error (server down, out of memory, ...); left out of every other metric",
+    "success_rate": "successful episodes / episodes",
+    "spl": "success weighted by path length: mean of success × optimal / max(optimal, steps taken), "
+           "optimal = the oracle's shortest action count (TVR)",
+    "mean_steps": "actions per episode, Stop and unparsable answers included (TVR)",
+    "stop_rate": "episodes that ended with Stop / episodes (TVR)",
+    "fstop_given_stop": "false stops: Stops at a wrong pose / Stops; absent when nothing stopped (TVR)",
+    "fstop_all": "false stops: Stops at a wrong pose / episodes (TVR)",
+    "final_pos_error_m": "mean distance in metres between the final and the target position, floor plane (TVR)",
+    "final_yaw_error_deg": "mean final heading error in degrees, circular (TVR)",
+    "final_pitch_error_deg": "mean final camera tilt error in degrees (TVR)",
+    "invalid_per_episode": "unparsable or illegal answers per episode (TVR)",
+    "distinct_cells": "grid cells visited per episode, start included (TVR)",
+    "revisits": "moves per episode that land on a pose visited before (TVR)",
+    "response_tokens_per_step": "generated tokens / steps",
+    "per_step_accuracy": "steps whose action was correct (reward +1) / steps (V-IRL)",
+    "steps": "env steps in the row, all episodes together",
+    "mean_return": "mean episode return (sum of rewards)",
+    "mean_progress": "mean share of the route's rail completed; 1 for a success (V-IRL)",
+    "recognition_accuracy": "answers whose card list equals the dealt cards / answers (GeneralPoints)",
+    "first_recognition_accuracy": "recognition accuracy of each episode's first answer (GeneralPoints)",
+    "mean_attempts": "answers per episode, retries included (GeneralPoints)",
+    "share_*": "share of all steps whose action is of that kind: translation (move), rotation (turn), "
+               "look (tilt), stop, invalid (TVR)",
+    "fstop_*": "false stops: Stop issued at a pose that is not the target (TVR)",
+    "rate/*": "answers with that verifier outcome / answers; the six outcomes add up to 1 (GeneralPoints)",
+}
 
-def _fmt(value: Any) -> str:
+
+def describe_metric(name: str) -> str | None:
+    """The glossary entry of a metric name (exact name first, then the longest matching ``prefix*``)."""
+    if name in GLOSSARY:
+        return GLOSSARY[name]
+    prefixes = [k for k in GLOSSARY if k.endswith("*") and name.startswith(k[:-1])]
+    return GLOSSARY[max(prefixes, key=len)] if prefixes else None
+
+
+def _glossary_rows(names: list[str]) -> list[list[str]]:
+    return [[n, describe_metric(n) or ""] for n in names]
+
+
+def _fmt(value: Any, decimals: int = 3) -> str:
     if isinstance(value, bool):
         return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
     if isinstance(value, float):
-        # counts (episodes, steps) come back as floats from averaging code; show them as integers
-        return str(int(value)) if value.is_integer() and abs(value) >= 2 else f"{value:.3f}"
+        return f"{value:,.{decimals}f}"
     return str(value)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and float(value).is_integer()
+
+
+def fmt_row(values: list[Any], name: str = "") -> list[str]:
+    """One metric's cells in one format: all integers when every value is a whole number and the metric
+    is a count (n, episodes, steps, errors), else every number with 3 decimals (rates, means)."""
+    counts = {"n", "episodes", "steps", "errors"}
+    whole = all(_is_count(v) for v in values if v != "")
+    if whole and (name in counts or all(isinstance(v, int) for v in values if v != "")):
+        return [_fmt(int(v)) if v != "" else "" for v in values]
+    return [_fmt(float(v)) if isinstance(v, int | float) and not isinstance(v, bool) else _fmt(v) for v in values]
+
+
+def unique_labels(runs: list[RunRecords]) -> list[str]:
+    """Run labels for tables, with repeated labels told apart by their folder (``expert (runs/a)``)."""
+    labels = [r.label for r in runs]
+    seen = Counter(labels)
+    out = []
+    for r, label in zip(runs, labels, strict=True):
+        if seen[label] == 1:
+            out.append(label)
+            continue
+        names = [x.path.name for x, lab in zip(runs, labels, strict=True) if lab == label]
+        where = r.path.name if names.count(r.path.name) == 1 else str(r.path)
+        out.append(f"{label} ({where})")
+    for i, label in enumerate(out):  # still equal (same folder given twice): number them
+        if out.count(label) > 1:
+            out[i] = f"{label} #{out[:i + 1].count(label)}"
+    return out
+
+
+def options_rows(options: dict[str, Any]) -> list[list[str]]:
+    """A run's task options as ``[key, value]`` rows, sorted by key."""
+    return [[str(k), "" if v is None else str(v)] for k, v in sorted(options.items())]
 
 
 def _categories(metrics: Metrics) -> list[str]:
@@ -67,21 +150,44 @@ def print_errors(console: Any, label: str, metrics: Metrics) -> None:
         console.print(f"[red]{escape(label)}: {escape(line)}[/red]" if i == 0 else f"  {escape(line)}")
 
 
-def print_metrics(console: Any, table: dict[str, Metrics], max_rows: int = 14) -> None:
-    """Print one rich table per run label: metrics as rows, categories (overall first) as columns."""
+def _column_chunks(first: list[str], columns: list[list[str]], width: int) -> list[list[int]]:
+    """Split column indices into groups whose rich table (first column repeated) fits ``width``."""
+    def w(cells: list[str]) -> int:
+        return max(len(c) for c in cells) + 3  # padding and one border
+
+    budget = width - w(first) - 1
+    chunks: list[list[int]] = [[]]
+    used = 0
+    for i, col in enumerate(columns):
+        if chunks[-1] and used + w(col) > budget:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(i)
+        used += w(col)
+    return chunks
+
+
+def print_metrics(console: Any, table: dict[str, Metrics], max_rows: int = 14, width: int = 80) -> None:
+    """Print rich tables per run label: metrics as rows, categories (overall first) as columns. A table
+    wider than ``width`` columns is split into several (the metric column repeated), so none wraps."""
     from rich.table import Table
 
     for label, metrics in table.items():
         cats = _categories(metrics)
-        t = Table(title=label)
-        t.add_column("metric")
-        for c in cats:
-            t.add_column(c, justify="right")
         names = _metric_names(metrics)
         shown = names[:max_rows] + [n for n in ("errors",) if n in names[max_rows:]]
-        for n in shown:
-            t.add_row(n, *[_fmt(metrics[c].get(n, "")) for c in cats])
-        console.print(t)
+        cells = {n: fmt_row([metrics[c].get(n, "") for c in cats], n) for n in shown}
+        columns = [[c] + [cells[n][j] for n in shown] for j, c in enumerate(cats)]
+        chunks = _column_chunks(["metric", *shown], columns, width)
+        for k, chunk in enumerate(chunks):
+            title = label if len(chunks) == 1 else f"{label} ({k + 1}/{len(chunks)})"
+            t = Table(title=title)
+            t.add_column("metric")
+            for j in chunk:
+                t.add_column(cats[j], justify="right")
+            for n in shown:
+                t.add_row(n, *[cells[n][j] for j in chunk])
+            console.print(t)
         print_errors(console, label, metrics)
 
 
@@ -167,11 +273,29 @@ def _plot_actions(task: str, runs: list[RunRecords], path: Path) -> bool:
 
 
 def _pick_episodes(run: RunRecords, n: int) -> list[dict[str, Any]]:
-    """Up to n episodes, half successes and half failures where both exist, in file order."""
-    wins = [e for e in run.episodes if e.get("success")]
-    fails = [e for e in run.episodes if not e.get("success")]
-    k = min(len(wins), max(n // 2, n - len(fails)))
-    return (wins[:k] + fails[: n - k])[:n]
+    """About n episodes spread over every category (at least one per category, so ``n`` grows to the
+    number of categories): round-robin over the categories; within one, a success and a failure in turn
+    (file order), errored episodes last. Shown grouped by category."""
+    by_cat: dict[str, list[dict[str, Any]]] = {}
+    for e in run.episodes:
+        by_cat.setdefault(str(e.get("category")), []).append(e)
+    queues = []
+    for cat in sorted(by_cat):
+        eps = by_cat[cat]
+        wins = [e for e in eps if e.get("success") and not e.get("error")]
+        fails = [e for e in eps if not e.get("success") and not e.get("error")]
+        errs = [e for e in eps if e.get("error")]
+        mixed = [e for pair in zip(wins, fails, strict=False) for e in pair]
+        k = min(len(wins), len(fails))
+        queues.append(mixed + wins[k:] + fails[k:] + errs)
+    picked: list[dict[str, Any]] = []
+    want = max(n, len(queues))
+    while len(picked) < want and any(queues):
+        for q in queues:
+            if q and len(picked) < want:
+                picked.append(q.pop(0))
+    order = {id(e): i for i, e in enumerate(run.episodes)}
+    return sorted(picked, key=lambda e: (str(e.get("category")), order[id(e)]))
 
 
 _CSS = """
@@ -189,6 +313,7 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path, episodes_per_r
     assets = out / "assets"
     assets.mkdir(parents=True, exist_ok=True)
     runs = [load_run(p) for p in run_dirs]
+    labels = dict(zip(map(id, runs), unique_labels(runs), strict=True))
     by_task: dict[str, list[RunRecords]] = {}
     for r in runs:
         by_task.setdefault(r.config["task"], []).append(r)
@@ -198,28 +323,41 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path, episodes_per_r
     body = [f"<h1>spatialrl evaluation report</h1><p>Generated {now} by spatialrl {__version__}.</p>"]
     for task, task_runs in by_task.items():
         suite = get_suite(task)
-        metrics = [(r.label, summarize_run(suite, r.episodes)) for r in task_runs]
+        metrics = [(labels[id(r)], summarize_run(suite, r.episodes)) for r in task_runs]
         md.append(f"## {task} — {suite.description}\n")
         body.append(f"<h2>{html_lib.escape(task)} — {html_lib.escape(suite.description)}</h2>")
         key = _success_key(metrics[0][1])
         if key is not None:
             cats = _categories(metrics[0][1])
-            rows = [[label] + [_fmt(m.get(c, {}).get(key, "")) for c in cats] for label, m in metrics]
+            rows = [[label] + fmt_row([m.get(c, {}).get(key, "") for c in cats], key) for label, m in metrics]
             md += [f"### {key} per category\n", _md_table(["run"] + cats, rows), ""]
             body += [f"<h3>{key} per category</h3>", _html_table(["run"] + cats, rows)]
         for run, (label, m) in zip(task_runs, metrics, strict=True):
             names = _metric_names(m)
             cats = _categories(m)
-            rows = [[n] + [_fmt(m[c].get(n, "")) for c in cats] for n in names]
-            where = f"{run.path} · options {run.config.get('options', {})}"
-            md += [f"### {label}: all metrics\n", f"Run: `{where}`\n", _md_table(["metric"] + cats, rows), ""]
-            body += [f"<h3>{html_lib.escape(label)}: all metrics</h3><p><code>{html_lib.escape(where)}</code></p>",
+            rows = [[n] + fmt_row([m[c].get(n, "") for c in cats], n) for n in names]
+            opts = options_rows(run.config.get("options", {}))
+            md += [f"### {label}: all metrics\n", f"Run: `{run.path}` (agent `{run.config.get('agent')}`)\n",
+                   _md_table(["metric"] + cats, rows), ""]
+            body += [f"<h3>{html_lib.escape(label)}: all metrics</h3><p>Run: <code>{html_lib.escape(str(run.path))}"
+                     f"</code> (agent <code>{html_lib.escape(str(run.config.get('agent')))}</code>)</p>",
                      _html_table(["metric"] + cats, rows)]
+            if opts:
+                md += [f"<details><summary>{label}: task options</summary>\n", _md_table(["option", "value"], opts),
+                       "\n</details>\n"]
+                body += [f"<details><summary>{html_lib.escape(label)}: task options</summary>"
+                         + _html_table(["option", "value"], opts) + "</details>"]
             errs = error_lines(m)
             if errs:
                 md += [f"**Errors ({label}):** " + errs[0], ""] + [f"- `{e}`" for e in errs[1:]] + [""]
                 body += [f'<p class="bad"><b>Errors ({html_lib.escape(label)}):</b> {html_lib.escape(errs[0])}</p>'
                          "<ul>" + "".join(f"<li><code>{html_lib.escape(e)}</code></li>" for e in errs[1:]) + "</ul>"]
+        seen_names: list[str] = []
+        for _, m in metrics:
+            seen_names += [n for n in _metric_names(m) if n not in seen_names]
+        gloss = _glossary_rows(seen_names)
+        md += ["### What the metrics mean\n", _md_table(["metric", "meaning"], gloss), ""]
+        body += ["<h3>What the metrics mean</h3>", _html_table(["metric", "meaning"], gloss)]
         for name, plot in (("success", _plot_success), ("actions", _plot_actions)):
             png = assets / f"{task}_{name}.png"
             made = plot(task, metrics, png) if name == "success" else plot(task, task_runs, png)
@@ -232,7 +370,7 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path, episodes_per_r
                 steps_by_ep: dict[str, list[dict[str, Any]]] = {}
                 for s in run.steps:
                     steps_by_ep.setdefault(s["episode_id"], []).append(s)
-                run_assets = assets / f"{task}_{run.path.name}"
+                run_assets = assets / f"{task}_{run.path.name}_{task_runs.index(run)}"
                 run_assets.mkdir(parents=True, exist_ok=True)
                 for ep in _pick_episodes(run, episodes_per_run):
                     ok = "ok" if ep.get("success") and not ep.get("error") else "bad"
@@ -241,7 +379,8 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path, episodes_per_r
                                                     run.config.get("options", {}), run_assets)
                     fragment = fragment.replace('src="', f'src="assets/{run_assets.name}/')
                     body.append(
-                        f'<details><summary>{html_lib.escape(run.label)} · {html_lib.escape(ep["episode_id"])} · '
+                        f'<details><summary>{html_lib.escape(labels[id(run)])} · '
+                        f'{html_lib.escape(str(ep.get("category")))} · {html_lib.escape(ep["episode_id"])} · '
                         f'<span class="{ok}">{verdict}</span> · '
                         f'{ep.get("n_steps")} steps</summary>{fragment}</details>'
                     )
