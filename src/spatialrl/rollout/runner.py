@@ -131,6 +131,36 @@ def error_summary(records: list[dict[str, Any]], first: int = 3) -> dict[str, An
     }
 
 
+def progress_fields(records: list[dict[str, Any]], active: list[tuple[int, int | None]], total: int,
+                    env_steps: int) -> tuple[float, str, str]:
+    """The progress bar's state: (completed, episodes text, status). ``active`` holds each running
+    episode's (turns taken, turn budget or None); a running episode counts as the share of its budget
+    it used (at most 0.95), so the bar moves with every env step, not only when an episode ends."""
+    n_err = sum(bool(r.get("error")) for r in records)
+    n_ok = len(records) - n_err
+    wins = sum(bool(r.get("success")) and not r.get("error") for r in records)
+    partial = sum(min(0.95, t / budget) for t, budget in active if budget)
+    status = (f"{env_steps} env steps · {len(active)} running · success {wins}/{n_ok}"
+              f" ({100 * wins / max(1, n_ok):.1f}%)" + (f" · [red]{n_err} errored[/red]" if n_err else ""))
+    return len(records) + partial, f"{len(records)}/{total} episodes", status
+
+
+def cpu_time_warning(policy: Any, seconds_per_turn: float, episodes_left: int, batch_size: int,
+                     turn_budget: int | None, threshold_s: float = 300.0) -> str | None:
+    """A warning when a model runs on the CPU and the run may take longer than ``threshold_s``, from the
+    measured time of the first batched turn (an upper bound: every episode using its whole budget)."""
+    device = getattr(policy, "device", None)
+    if getattr(device, "type", device) != "cpu" or not turn_budget or episodes_left <= 0:
+        return None
+    batches = -(-episodes_left // max(1, batch_size))
+    worst = seconds_per_turn * turn_budget * batches
+    if worst < threshold_s:
+        return None
+    return (f"warning: the model runs on the CPU at {seconds_per_turn:.1f} s per batched turn; "
+            f"{episodes_left} episodes of up to {turn_budget} turns may take up to {worst / 60:.0f} min. "
+            "Try --limit 2 first, raise --batch-size, or use a GPU.")
+
+
 def run_episodes(
     suite: TaskSuite,
     options: dict[str, Any],
@@ -203,20 +233,22 @@ def run_episodes(
 
     progress_bar = None
     if progress:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         progress_bar = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
+            TextColumn("{task.fields[episodes]}"),
             TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
             TimeRemainingColumn(),
         )
         progress_bar.start()
         bar = progress_bar.add_task(
             f"{suite.name} · {getattr(policy, 'name', 'policy')}", total=len(episodes), completed=len(done),
-            status="",
+            episodes=f"{len(done)}/{len(episodes)} episodes", status="starting",
         )
+    warned = False
 
     try:
         for slot in slots:
@@ -228,7 +260,15 @@ def run_episodes(
                 break
             conversations = [s.prompter.messages() for s in active]
             streams = tuple(episode_stream(s.spec.episode_id, s.t) for s in active)
+            t_turn = time.perf_counter()
             generations = policy.generate(conversations, replace(sampling, streams=streams), [s.info for s in active])
+            if progress_bar is not None and not warned:
+                warned = True
+                budget = max((int(s.info.get("max_steps") or 0) for s in active), default=0) or None
+                warning = cpu_time_warning(policy, time.perf_counter() - t_turn, len(pending) + len(active),
+                                           batch_size, budget)
+                if warning:
+                    progress_bar.console.print(f"[yellow]{warning}[/yellow]")
             if len(generations) != len(active):
                 raise RuntimeError(f"policy returned {len(generations)} generations for {len(active)} prompts")
             stepping = [(s, g) for s, g in zip(active, generations, strict=True) if g.error is None]
@@ -259,13 +299,9 @@ def run_episodes(
                 if slot.spec is None and pending:
                     start(slot)
             if progress_bar is not None:
-                all_records = previous + finished
-                n_err = sum(bool(r.get("error")) for r in all_records)
-                n_ok = len(all_records) - n_err
-                wins = sum(bool(r.get("success")) and not r.get("error") for r in all_records)
-                status = f"success {wins}/{n_ok} ({100 * wins / max(1, n_ok):.1f}%)"
-                progress_bar.update(bar, completed=len(all_records),
-                                    status=status + (f" · [red]{n_err} errored[/red]" if n_err else ""))
+                running = [(s.t, s.info.get("max_steps")) for s in slots if s.spec is not None]
+                completed, eps_text, status = progress_fields(previous + finished, running, len(episodes), n_steps)
+                progress_bar.update(bar, completed=completed, episodes=eps_text, status=status)
     finally:
         if pool is not None:
             pool.shutdown()
