@@ -21,6 +21,7 @@ class ExpertPolicy:
     draws come from ``random.Random(f"{sampling.seed}:{episode}:{step}")``: the same for any batch size."""
 
     name = "expert"
+    noise = 0.0  # the plain expert (also for subclasses that do not call __init__)
 
     def __init__(self, noise: float = 0.0):
         if not 0.0 <= noise < 1.0:

@@ -1,0 +1,111 @@
+"""SFT input throughput: the per-sample collator path vs the tensor engine, side by side in one run.
+
+Both rows train the same model on the same dataset with the same batch size (AdamW steps, bf16 autocast
+on a GPU), and report samples/s and input tokens/s (every token the model reads: text + image tokens).
+The tensor row's one-off compile time is reported separately.
+
+    python benchmarks/sft_speed.py --data DIR [--preset small] [--batch-size 64] [--steps 30] [--workers 4]
+
+Results: benchmarks/results/sft_speed-<tag>.json with machine, date and commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+from common import git_commit, machine
+
+from spatialrl.train.data import SFTDataset
+from spatialrl.train.sft import Collator, micro_batches, token_loss
+from spatialrl.train.tensor_data import TensorBatcher, compile_dataset
+
+BUILTIN_OVERRIDES = dict(hidden_size=256, intermediate_size=768, num_layers=6, num_heads=4, num_kv_heads=2,
+                         mrope_section=(8, 12, 12), vision_hidden=192, vision_intermediate=576, vision_depth=4,
+                         vision_heads=3, fullatt_blocks=(1, 3))
+
+
+def build(preset: str, device: str):
+    from spatialrl.train.common import build_preset
+
+    model, processor, _ = build_preset(preset, BUILTIN_OVERRIDES if preset == "small" else {}, seed=0)
+    return model.to(device).train(), processor
+
+
+def run(batches, model, device: str, steps: int, warmup: int) -> dict[str, float]:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else torch.autocast("cpu", enabled=False)
+    samples = tokens = 0
+    t0 = None
+    for i in range(warmup + steps):
+        if i == warmup:
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+        batch = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
+        with autocast:
+            loss_sum, count, _ = token_loss(model, batch)
+        (loss_sum / count.clamp(min=1)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i >= warmup:
+            samples += batch["input_ids"].shape[0]
+            tokens += int(batch["attention_mask"].sum())
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    return {"samples_per_s": samples / dt, "input_tokens_per_s": tokens / dt, "seconds": dt, "steps": steps}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", required=True, help="an SFT dataset folder (spatialrl data sft)")
+    ap.add_argument("--preset", default="small", help="built-in preset (small = the shipped models' sizes)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2, help="DataLoader workers of the collator row")
+    ap.add_argument("--tag", default=None)
+    args = ap.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    model, processor = build(args.preset, device)
+    model_type = model.config.model_type
+    dataset = SFTDataset(args.data)
+    n_batches = args.steps + args.warmup
+    plan = list(micro_batches(len(dataset), 0, args.batch_size, 1, 0, 0, n_batches))
+
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(dataset, batch_sampler=plan, collate_fn=Collator(processor, model_type, None),
+                        num_workers=args.workers, pin_memory=device == "cuda")
+    rows = [{"path": f"collator ({args.workers} workers)", **run(iter(loader), model, device, args.steps, args.warmup)}]
+    t = time.perf_counter()
+    folder = compile_dataset(args.data, processor, model_type, workers=args.workers)
+    compile_s = time.perf_counter() - t
+    batcher = TensorBatcher(folder, processor.tokenizer.pad_token_id, device)
+    rows.append({"path": "tensor engine", "compile_s": compile_s,
+                 **run((batcher.batch(ix) for ix in plan), model, device, args.steps, args.warmup)})
+    base = rows[0]["samples_per_s"]
+    print(f"{'path':<24} {'samples/s':>10} {'input tok/s':>12} {'× collator':>10}")
+    for r in rows:
+        print(f"{r['path']:<24} {r['samples_per_s']:>10.1f} {r['input_tokens_per_s']:>12.0f} {r['samples_per_s'] / base:>10.1f}")
+    print(f"(tensor engine compile: {compile_s:.1f} s for {len(dataset)} samples, once per dataset and processor)")
+    gpu = torch.cuda.get_device_name(0) if device == "cuda" else None
+    result = {"benchmark": "sft_speed", "machine": machine(), "gpu": gpu, "device": device,
+              "date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git_commit(),
+              "data": str(args.data), "samples_in_dataset": len(dataset), "preset": args.preset,
+              "batch_size": args.batch_size, "rows": rows}
+    tag = args.tag or (gpu or "cpu").replace(" ", "-").lower()
+    out = Path(__file__).parent / "results" / f"sft_speed-{Path(args.data).name}-{tag}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
