@@ -67,9 +67,9 @@ tvr_shard() {  # k: a bench of seed 100+k (sft split only), its AO (noisy expert
   spatialrl data sft "${common[@]}" --set memory=va --out "$WORK/data/va-$k" > "$OUT/logs/data-va-$k.log" 2>&1 \
     || stamp "FAILED: va data $k"
 }
-merge() {  # name, shard prefix
+merge() {  # name, shard prefix: the first SHARDS shards of that kind
   local name=$1 prefix=$2 shards=()
-  for d in "$WORK"/data/"$prefix"-*; do [ -f "$d/meta.json" ] && shards+=("$d"); done
+  for k in $(seq 1 "${SHARDS:-100}"); do [ -f "$WORK/data/$prefix-$k/meta.json" ] && shards+=("$WORK/data/$prefix-$k"); done
   spatialrl data merge "${shards[@]}" --out "$WORK/data/$name" --overwrite > "$OUT/logs/merge-$name.log" 2>&1 \
     && stamp "data $name: $(tail -n 1 "$OUT/logs/merge-$name.log")" || stamp "FAILED: merge $name"
 }
@@ -85,11 +85,23 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S (at most BUDGET_MI
     stamp "FAILED: training $name (logs/train-$name.log)"
   fi
 }
-stage_train() {
+stage_data() {
   for k in $(seq 1 "$NCITY"); do virl_shard "$k" & done
   for k in $(seq 1 "$NBENCH"); do tvr_shard "$k" & done
   wait
+}
+eval_data() {  # held-out bench and cities (never used in training)
+  local bench=$WORK/data/bench-eval city=$WORK/data/city-eval ood=$WORK/data/city-eval-hillside
+  [ -f "$bench/bench.json" ] || spatialrl tvr make-bench --out "$bench" --seed 0 --overwrite \
+      --sizes "eval=$EVAL_TVR,sft=0,rl=0,diag_rotate=0,diag_move=0" > "$OUT/logs/bench-eval.log" 2>&1 &
+  [ -f "$city/route_infos.json" ] || make_city metro "$EVAL_ROUTES" 7 "$city" > "$OUT/logs/city-eval.log" 2>&1 &
+  [ -f "$ood/route_infos.json" ] || make_city hillside "$EVAL_ROUTES" 8 "$ood" > "$OUT/logs/city-ood.log" 2>&1 &
+  wait
+  stamp "eval data built"
+}
+stage_fit() {  # merge the first SHARDS shards of each kind, train the three models (eval data built meanwhile)
   merge virl-sft virl & merge tvr-ao-sft ao & merge tvr-va-sft va & wait
+  ( sleep "${EVAL_DATA_DELAY:-150}"; eval_data ) &
   train virl-sft virl_small.yaml $BS_VIRL &
   train tvr-ao-sft tvr_ao_small.yaml $BS_AO &
   train tvr-va-sft tvr_va_small.yaml $BS_VA &
@@ -101,12 +113,15 @@ stage_train() {
     tar -czf "$OUT/$name.tar.gz" -C "$WORK/weights" "$name"
     stamp "weights $name: $(du -h "$OUT/$name.tar.gz" | cut -f1)"
   done
+  wait
 }
 
 # ------------------------------------------------------------------------------------------- eval
 evaluate() {  # label agent task, then eval arguments
   local label=$1 agent=$2 task=$3; shift 3
-  if spatialrl eval --task "$task" --agent "$agent" --out "$WORK/eval/$label" --overwrite --no-report \
+  # EVAL_TIMEOUT caps one evaluation (a killed one keeps its episodes.jsonl; re-running resumes it)
+  if timeout "${EVAL_TIMEOUT:-100000}" "$PY" -m spatialrl.cli eval --task "$task" --agent "$agent" \
+      --out "$WORK/eval/$label" --no-report \
       --batch-size 64 --label "$label" "$@" > "$OUT/logs/eval-$label.log" 2>&1; then
     stamp "eval $label done"
   else
@@ -115,11 +130,7 @@ evaluate() {  # label agent task, then eval arguments
 }
 stage_eval() {
   local bench=$WORK/data/bench-eval city=$WORK/data/city-eval ood=$WORK/data/city-eval-hillside
-  [ -f "$bench/bench.json" ] || spatialrl tvr make-bench --out "$bench" --seed 0 --overwrite \
-      --sizes "eval=$EVAL_TVR,sft=0,rl=0,diag_rotate=0,diag_move=0" > "$OUT/logs/bench-eval.log" 2>&1 &
-  [ -f "$city/route_infos.json" ] || make_city metro "$EVAL_ROUTES" 7 "$city" > "$OUT/logs/city-eval.log" 2>&1 &
-  [ -f "$ood/route_infos.json" ] || make_city hillside "$EVAL_ROUTES" 8 "$ood" > "$OUT/logs/city-ood.log" 2>&1 &
-  wait
+  eval_data
   local tvr=(--data "$bench" --split eval --set width=$W --set height=$H --max-new-tokens 16)
   local virl=(--data "$city" --split all --set visual_data="$ood" --set grid_size=$GRID --limit "$EVAL_VIRL"
               --max-new-tokens 96)
@@ -149,9 +160,11 @@ stage_eval() {
 }
 
 case "$STAGE" in
-  train) stage_train ;;
+  data) stage_data ;;
+  fit) stage_fit ;;
+  train) stage_data; stage_fit ;;
   eval) stage_eval ;;
-  all) stage_train; stage_eval ;;
-  *) echo "STAGE must be train, eval or all" >&2; exit 2 ;;
+  all) stage_data; stage_fit; stage_eval ;;
+  *) echo "STAGE must be data, fit, train, eval or all" >&2; exit 2 ;;
 esac
 stamp "done"
