@@ -101,7 +101,7 @@ eval_data() {  # held-out bench and cities (never used in training)
 }
 stage_fit() {  # merge the first SHARDS shards of each kind, train the three models (eval data built meanwhile)
   merge virl-sft virl & merge tvr-ao-sft ao & merge tvr-va-sft va & wait
-  ( sleep "${EVAL_DATA_DELAY:-150}"; eval_data ) &
+  [ "${NO_EVAL_DATA:-0}" = 1 ] || ( sleep "${EVAL_DATA_DELAY:-150}"; eval_data ) &
   train virl-sft virl_small.yaml $BS_VIRL &
   train tvr-ao-sft tvr_ao_small.yaml $BS_AO &
   train tvr-va-sft tvr_va_small.yaml $BS_VA &

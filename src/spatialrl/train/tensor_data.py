@@ -189,7 +189,11 @@ def compile_dataset(root: str | Path, processor: Any, model_type: str, model_pat
             if model_path is None:  # workers load the processor from a folder
                 processor.save_pretrained(saved)
                 model_path = saved
-            with ProcessPoolExecutor(workers) as pool:
+            # spawn, not fork: a trainer has already run torch's OpenMP pool, and a forked child that
+            # enters it again hangs (seen on the GPU machine: the compile never finished)
+            import multiprocessing as mp
+
+            with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
                 parts = list(pool.map(_compile_chunk, [(str(root), model_path, model_type, c) for c in chunks]))
     else:
         parts = [_encode_rows(root, processor, model_type, c) for c in chunks]
