@@ -97,7 +97,7 @@ def micro_batch_source(cfg: SFTConfig, train_set: SFTDataset, processor: Any, mo
     if cfg.data.engine == "tensor":
         from spatialrl.train.tensor_data import TensorBatcher, compile_dataset
 
-        folder = compile_dataset(cfg.data.train, processor, model_type, workers=cfg.data.num_workers)
+        folder = compile_dataset(cfg.data.train, processor, model_type, workers=cfg.data.num_workers, progress=True)
         batcher = TensorBatcher(folder, processor.tokenizer.pad_token_id, device)
         if len(batcher) != len(train_set):
             raise DataError(f"{folder}: {len(batcher)} compiled samples, the dataset has {len(train_set)}")

@@ -110,6 +110,14 @@ def processor_key(processor: Any) -> str:
 
 
 # ------------------------------------------------------------------------------------------ compiling
+def _one_thread() -> None:
+    """Worker initialiser: one intra-op thread. N workers × all-core thread pools oversubscribe the CPU
+    (the likely reason a 5-worker compile beside two others made no progress in 4 minutes on the GPU box)."""
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    torch.set_num_threads(1)
+
+
 def _compile_chunk(args: tuple[str, str, str, list[int]]) -> dict[str, Any]:
     """Encode samples ``indices`` of dataset ``root`` (runs in a worker process)."""
     root, model_path, model_type, indices = args
@@ -165,6 +173,17 @@ def _encode_rows(root: Path, processor: Any, model_type: str, indices: list[int]
     return {"ids": ids, "labels": labels, "refs": refs, "images": images, "token_types": token_types}
 
 
+def _progress(parts: Any, total: int, root: Path, show: bool) -> Any:
+    """Yield ``parts``, printing a line every ~10% when ``show`` (a long compile must not look hung)."""
+    import time
+
+    t0 = time.perf_counter()
+    for k, part in enumerate(parts, 1):
+        if show and (k == total or k % max(1, total // 10) == 0):
+            print(f"compiling {root.name}: chunk {k}/{total} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        yield part
+
+
 def compile_dataset(root: str | Path, processor: Any, model_type: str, model_path: str | None = None,
                     workers: int = 0, chunk: int = 256, progress: bool = False) -> Path:
     """Compile dataset folder ``root`` for ``processor`` (once; later calls return the existing folder).
@@ -193,10 +212,12 @@ def compile_dataset(root: str | Path, processor: Any, model_type: str, model_pat
             # enters it again hangs (seen on the GPU machine: the compile never finished)
             import multiprocessing as mp
 
-            with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-                parts = list(pool.map(_compile_chunk, [(str(root), model_path, model_type, c) for c in chunks]))
+            with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_one_thread) as pool:
+                jobs = pool.map(_compile_chunk, [(str(root), model_path, model_type, c) for c in chunks])
+                parts = list(_progress(jobs, len(chunks), root, progress))
     else:
-        parts = [_encode_rows(root, processor, model_type, c) for c in chunks]
+        parts = list(_progress((_encode_rows(root, processor, model_type, c) for c in chunks), len(chunks), root,
+                               progress))
 
     image_id: dict[str, int] = {}
     image_arrays: list[np.ndarray] = []
