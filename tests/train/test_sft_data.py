@@ -194,3 +194,30 @@ def test_data_cli(tmp_path, virl_city):
     wrong = runner.invoke(app, ["data", "sft", "--task", "virl", "--data", str(virl_city), "--memory", "va",
                                 "--out", str(tmp_path / "v")])
     assert wrong.exit_code == 2 and "memory" in wrong.output
+
+
+def test_noisy_expert_leaves_the_path_but_keeps_the_experts_labels(tmp_path, tvr_bench):
+    """expert_noise: some stepped actions are random (off-path states), every stored answer is the oracle's
+    action at the state shown; multi-turn chats are refused (earlier noisy answers would be supervised)."""
+    import json
+
+    from spatialrl.envs.registry import get_suite
+    from spatialrl.errors import DataError
+    from spatialrl.train.data import build_sft_dataset
+
+    from .conftest import tvr_options
+
+    suite = get_suite("tvr")
+    clean = build_sft_dataset(suite, tvr_options(tvr_bench, memory="ao"), tmp_path / "clean", progress=False)
+    noisy = build_sft_dataset(suite, tvr_options(tvr_bench, memory="ao"), tmp_path / "noisy", progress=False,
+                              expert_noise=0.4, samples="step")
+    assert noisy["expert_noise"] == 0.4 and noisy["samples"] > clean["samples"]  # detours take more steps
+    rows = [json.loads(line) for line in (tmp_path / "noisy" / "samples.jsonl").read_text().splitlines()]
+    answers = [r["messages"][-1]["content"][0]["text"] for r in rows]
+    assert all(a.startswith("Action: ") for a in answers)
+    # the history shows what was stepped; where it differs from the label stored one turn earlier, noise acted
+    histories = [r["messages"][1]["content"][-1]["text"] for r in rows]
+    assert any("Step" in h for h in histories)
+    with pytest.raises(DataError, match="single-turn"):
+        build_sft_dataset(suite, tvr_options(tvr_bench, memory="va"), tmp_path / "va", progress=False,
+                          expert_noise=0.4)

@@ -116,3 +116,42 @@ def test_geodesic_metres_follow_the_lattice():
     wall = [(x, z) for x in range(5) for z in range(3) if not (x == 2 and z < 2)]
     g2 = oracle.geodesic_metres(Lattice(wall), (0, 0))
     assert g2[(4, 0)] > 1.0 + 1e-6  # must detour around the wall, longer than the straight 1.0 m
+
+
+@pytest.mark.parametrize("tie_break", sorted(oracle.TIE_BREAKS))
+def test_every_tie_break_stays_optimal_and_ranks_as_documented(tie_break):
+    lat = Lattice(PILLAR)
+    target = Pose(3, 3, 135, -30)
+    dist = oracle.distances_to(lat, target)
+    rank = {a: oracle.TIE_BREAKS[tie_break].index(i) for i, a in enumerate(oracle.ACTIONS) if a != "Stop"}
+    ties = 0
+    for s in range(lat.n_states):
+        pose = lat.pose_of(s)
+        options = oracle.optimal_actions(lat, pose, dist)
+        a = oracle.next_action(lat, pose, dist, tie_break)
+        assert a in options
+        if pose != target:
+            nxt, ok = lat.step(pose, a)
+            assert ok and dist[lat.state_id(nxt)] == dist[s] - 1  # SPL stays 1.0
+            assert rank[a] == min(rank[o] for o in options)
+            ties += len(options) > 1
+    assert ties > 0  # the layout has ties, so the ranking was exercised
+
+
+def test_look_first_turns_before_moving_where_both_are_optimal():
+    lat = Lattice(PILLAR)
+    target = Pose(3, 3, 135, -30)
+    dist = oracle.distances_to(lat, target)
+    differ = 0
+    for s in range(lat.n_states):
+        pose = lat.pose_of(s)
+        options = oracle.optimal_actions(lat, pose, dist)
+        moves = [o for o in options if o.startswith("Move")]
+        turns = [o for o in options if not o.startswith("Move") and o != "Stop"]
+        if moves and turns:
+            assert oracle.next_action(lat, pose, dist, "look_first") in turns
+            assert oracle.next_action(lat, pose, dist, "canonical") in moves
+            differ += 1
+    assert differ > 0
+    with pytest.raises(ValueError, match="tie-break"):
+        oracle.next_action(lat, lat.pose_of(0), dist, "bogus")

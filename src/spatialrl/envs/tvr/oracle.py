@@ -18,7 +18,17 @@ from collections import deque
 
 import numpy as np
 
-from spatialrl.envs.tvr.lattice import ACTION_INDEX, ACTIONS, GRID, LOOKS, MOVES, ROTATIONS, STOP, Lattice, Pose
+from spatialrl.envs.tvr.lattice import (
+    ACTION_INDEX,
+    ACTIONS,
+    GRID,
+    LOOKS,
+    MOVES,
+    ROTATIONS,
+    STOP,
+    Lattice,
+    Pose,
+)
 
 UNREACHABLE = -1
 
