@@ -47,7 +47,7 @@ import numpy as np
 
 from spatialrl.agents.base import Conversation, Generation, SamplingParams
 from spatialrl.errors import DataError
-from spatialrl.io import atomic_write_bytes, atomic_write_json, read_jsonl, write_jsonl
+from spatialrl.io import atomic_folder, atomic_write_bytes, atomic_write_json, read_jsonl, write_jsonl
 
 FORMAT = "spatialrl-sft/1"
 SampleMode = Literal["auto", "step", "episode"]
@@ -325,9 +325,7 @@ def merge_sft_datasets(sources: list[str | Path], out: str | Path, overwrite: bo
     tasks = {d.meta.get("task") for d in datasets}
     if len(tasks) != 1:
         raise DataError(f"merge: the sources hold different tasks {sorted(map(str, tasks))}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_folder(out) as tmp:
         (tmp / "images").mkdir()
         rows, seen, categories, n_images = [], set(), {}, 0
         for k, d in enumerate(datasets):
@@ -356,12 +354,6 @@ def merge_sft_datasets(sources: list[str | Path], out: str | Path, overwrite: bo
                 "assistant_turns": sum(len(r.get("turns", [0])) for r in rows), "images": n_images,
                 "categories": categories, "episodes_dropped": []}
         atomic_write_json(tmp / "meta.json", meta)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return meta
 
 

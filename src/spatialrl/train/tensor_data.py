@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -40,7 +39,7 @@ import numpy as np
 import torch
 
 from spatialrl.errors import DataError
-from spatialrl.io import atomic_write_json
+from spatialrl.io import atomic_folder, atomic_write_json
 from spatialrl.train.chat_tokens import IGNORE_INDEX, encode_conversations
 
 FORMAT = "spatialrl-sft-tensors/1"
@@ -234,8 +233,7 @@ def compile_dataset(root: str | Path, processor: Any, model_type: str, model_pat
     if len(shapes) > 1:
         raise DataError(f"{root}: images of {len(shapes)} sizes after resizing ({sorted(shapes)[:3]}...); "
                         "data.engine=tensor needs one size (render the data at one size, or use data.engine=collator)")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=root))
-    try:
+    with atomic_folder(out) as tmp:
         np.save(tmp / "ids.npy", np.concatenate(ids).astype(np.int32))
         np.save(tmp / "labels.npy", np.concatenate(labels).astype(bool))
         np.save(tmp / "offsets.npy", np.concatenate([[0], np.cumsum([len(x) for x in ids])]).astype(np.int64))
@@ -250,12 +248,6 @@ def compile_dataset(root: str | Path, processor: Any, model_type: str, model_pat
                                               "image_token_id": int(processor.image_token_id),
                                               "mm_token_type_ids": any(p["token_types"] for p in parts),
                                               "image_settings": image_settings(processor)})
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
