@@ -86,7 +86,7 @@ def _traj(group: str, rewards: list[float], poses: list[int]) -> Trajectory:
                       turn_rewards=rewards, turn_records=[{"prev_pose": [p]} for p in poses], done=True)
 
 
-def test_trajectory_and_pose_anchored_advantages_by_hand(tmp_path, tiny_model_dir):
+def test_trajectory_and_pose_anchored_advantages_by_hand(tmp_path, tiny_model_dir, letter_suite):
     trajs = [_traj("g", [0.0, 1.0], [0, 1]), _traj("g", [0.0, 0.0], [0, 2]), _traj("h", [1.0], [0]), _traj("h", [1.0], [0])]
     cfg = grpo_config(tmp_path, tiny_model_dir)
     per_turn, zero = trajectory_advantages(trajs, cfg)
