@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import gymnasium as gym
 
-from spatialrl.agents.base import Conversation
+from spatialrl.conversation import Conversation
 from spatialrl.errors import SpatialRLError
 
 

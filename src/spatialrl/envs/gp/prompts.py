@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spatialrl.agents.base import Conversation, Message
+from spatialrl.conversation import Conversation, Message
 from spatialrl.envs.gp.variants import face_card_message
 
 Q_EQN_VL = """

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from spatialrl.agents.base import Conversation, Message
+from spatialrl.conversation import Conversation, Message
 from spatialrl.envs.tvr.lattice import ACTIONS
 
 IMAGE = "<image>"

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from spatialrl.agents.base import Conversation
+from spatialrl.conversation import Conversation
 from spatialrl.envs.virl.data import Milestone
 from spatialrl.envs.virl.geo import COMPASS_WORDS
 from spatialrl.envs.virl.rail import INTERSECTION_OBS, RELATIVE_WORDS, plan_instructions
