@@ -50,6 +50,27 @@ def api_options(agent: str, timeout: float | None, retries: int | None, max_wait
     return out
 
 
+def apply_model_settings(console: Any, agent: str, task: str, options: dict[str, Any], user_sets: dict[str, Any],
+                         max_new_tokens: int | None) -> int:
+    """Put a trained model's recorded evaluation settings (image size, memory mode, grid size, answer
+    length) into ``options`` where the user set nothing; returns the generation budget to use."""
+    from spatialrl.models.builtin import model_eval_settings
+
+    settings = model_eval_settings(agent)
+    if settings is None or settings["task"] != task:
+        return 256 if max_new_tokens is None else max_new_tokens
+    applied = {k: v for k, v in settings.get("options", {}).items() if k not in user_sets}
+    options.update(applied)
+    budget = max_new_tokens if max_new_tokens is not None else int(settings.get("max_new_tokens", 256))
+    shown = [f"{k}={v}" for k, v in applied.items()]
+    if max_new_tokens is None:
+        shown.append(f"max-new-tokens {budget}")
+    if shown:
+        console.print(f"{agent}: its evaluation settings {', '.join(shown)} (override with --set KEY=VALUE / "
+                      "--max-new-tokens)")
+    return budget
+
+
 def eval_command(
     task: Annotated[str, typer.Option(help="Task: tvr, virl or gp.")],
     agent: Annotated[str, typer.Option(help="expert | random | hf:PATH | openai:MODEL@URL | builtin:NAME")] = "expert",
@@ -62,7 +83,8 @@ def eval_command(
     limit: Annotated[int | None, typer.Option(help="Evaluate only the first N episodes (of each split).")] = None,
     temperature: Annotated[float, typer.Option(help="0 = greedy (the papers' default).")] = 0.0,
     top_p: Annotated[float, typer.Option()] = 1.0,
-    max_new_tokens: Annotated[int, typer.Option()] = 256,
+    max_new_tokens: Annotated[int | None, typer.Option(
+        help="Generation budget per turn [default: the model's recorded setting, else 256].")] = None,
     seed: Annotated[int, typer.Option(help="Seed of sampling and of the random agent.")] = 0,
     label: Annotated[str | None, typer.Option(help="Name of this run in reports (default: the agent).")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Task option key=value (repeatable).")] = None,
@@ -95,7 +117,9 @@ def eval_command(
             options["split"] = split
         if limit is not None:
             options["limit"] = limit  # the suite applies it (per split where it has several)
-        options.update(parse_sets(set_))
+        user_sets = parse_sets(set_)
+        max_new_tokens = apply_model_settings(console, agent, task, options, user_sets, max_new_tokens)
+        options.update(user_sets)
         policy_options = api_options(agent, api_timeout, api_retries, api_max_wait)
         if out is None:
             out = default_run_dir(task, agent, options)

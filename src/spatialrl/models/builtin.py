@@ -183,3 +183,45 @@ def image_token_counts(processor: Any, sizes: list[tuple[int, int]]) -> dict[str
         ids = processor(text=[text], images=[[image]], return_tensors="np")["input_ids"][0].tolist()
         counts[f"{w}x{h}"] = ids.count(token_id)
     return counts
+
+
+# ------------------------------------------------------------------------------------- eval settings
+# Task options that decide what a trained model sees; a model folder records the values it was trained
+# with (``spatialrl_model.json`` → ``eval``) and `spatialrl eval` applies them unless the user overrides.
+EVAL_OPTION_KEYS = ("width", "height", "memory", "cot", "target_once", "history_len", "window", "badges",
+                    "grid_size", "mode", "resolution")
+
+
+def eval_settings_from_dataset(task: str, options: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
+    """The ``eval`` block of a model trained on a dataset built with task ``options``."""
+    return {"task": task, "options": {k: options[k] for k in EVAL_OPTION_KEYS if k in options},
+            "max_new_tokens": int(max_new_tokens)}
+
+
+def model_eval_settings(agent: str) -> dict[str, Any] | None:
+    """The ``eval`` block recorded in the folder of a ``builtin:NAME`` or ``hf:PATH`` agent (None if none)."""
+    import json
+
+    if agent.startswith("builtin:"):
+        try:
+            folder = resolve_builtin(agent.split(":", 1)[1])
+        except DataError:
+            return None
+        if not isinstance(folder, Path):
+            return None
+    elif agent.startswith("hf:"):
+        folder = Path(agent.split(":", 1)[1])
+    else:
+        return None
+    meta_path = folder / META_FILE
+    if not meta_path.is_file():
+        return None
+    try:
+        settings = json.loads(meta_path.read_text(encoding="utf-8")).get("eval")
+    except json.JSONDecodeError as e:
+        raise DataError(f"{meta_path}: malformed JSON: {e}") from e
+    if settings is None:
+        return None
+    if not isinstance(settings, dict) or not isinstance(settings.get("options", {}), dict) or "task" not in settings:
+        raise DataError(f"{meta_path}: field 'eval' must be {{task, options, max_new_tokens}}, got {settings!r}")
+    return settings

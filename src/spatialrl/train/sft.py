@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from spatialrl.errors import DataError
 from spatialrl.io import atomic_write_json
+from spatialrl.models.builtin import eval_settings_from_dataset
 from spatialrl.train.chat_tokens import IGNORE_INDEX, encode_conversations
 from spatialrl.train.common import (
     Tracker,
@@ -375,7 +376,9 @@ def train(cfg: SFTConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
     if not stopped_early:
         save(step)
         final_meta = {**model_meta, "parameters": total_params, "trained_by": "spatialrl train sft",
-                      "updates": step, "recipe": config_to_dict(cfg), "dataset": train_set.meta}
+                      "updates": step, "recipe": config_to_dict(cfg), "dataset": train_set.meta,
+                      "eval": eval_settings_from_dataset(train_set.meta.get("task"), train_set.meta.get("options") or {},
+                                                         cfg.eval.max_new_tokens)}
         save_hf_model(accelerator, model, processor, out / "final", merge_lora=cfg.model.lora.merge_on_save,
                       dtype=cfg.model.save_dtype, meta=final_meta)
         final: dict[str, float] = {}

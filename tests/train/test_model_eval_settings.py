@@ -1,0 +1,56 @@
+"""Trained model folders carry their evaluation settings, and `spatialrl eval` applies them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rich.console import Console
+
+from spatialrl.errors import DataError
+from spatialrl.eval.cli import apply_model_settings
+from spatialrl.models.builtin import model_eval_settings
+from spatialrl.train.sft import train
+
+from .test_sft_train import make_cfg
+
+
+def test_shipped_models_record_their_settings():
+    assert model_eval_settings("builtin:tvr-va-sft")["options"] == {"width": 280, "height": 168, "memory": "va"}
+    assert model_eval_settings("builtin:tvr-ao-sft")["options"]["memory"] == "ao"
+    assert model_eval_settings("builtin:virl-sft") == {"task": "virl", "options": {"grid_size": 224},
+                                                       "max_new_tokens": 96}
+    assert model_eval_settings("builtin:small-random") is None and model_eval_settings("expert") is None
+
+
+def test_eval_applies_them_unless_overridden():
+    console = Console(record=True, width=200)
+    options: dict = {}
+    budget = apply_model_settings(console, "builtin:tvr-va-sft", "tvr", options, {"width": 640}, None)
+    assert options == {"height": 168, "memory": "va"} and budget == 16  # the user's width wins (set later)
+    shown = console.export_text()
+    assert "height=168" in shown and "max-new-tokens 16" in shown
+    options = {}
+    assert apply_model_settings(console, "builtin:tvr-va-sft", "tvr", options, {}, 40) == 40
+    options = {}
+    assert apply_model_settings(console, "builtin:tvr-va-sft", "virl", options, {}, None) == 256  # other task
+    assert options == {}
+
+
+def test_sft_writes_the_settings_of_its_data(tmp_path, tvr_ao_data, tiny_builtin):
+    train(make_cfg(tmp_path / "run", tvr_ao_data, tiny_builtin, max_steps=1))
+    meta = json.loads((tmp_path / "run" / "final" / "spatialrl_model.json").read_text())
+    assert meta["eval"]["task"] == "tvr"
+    assert meta["eval"]["options"]["memory"] == "ao" and meta["eval"]["options"]["width"] == 112
+    assert model_eval_settings(f"hf:{tmp_path / 'run' / 'final'}") == meta["eval"]
+
+
+def test_a_malformed_block_is_named(tmp_path, tiny_builtin):
+    import shutil
+
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_builtin, folder)
+    meta = json.loads((folder / "spatialrl_model.json").read_text())
+    (folder / "spatialrl_model.json").write_text(json.dumps({**meta, "eval": "width=280"}))
+    with pytest.raises(DataError, match="spatialrl_model.json: field 'eval'"):
+        model_eval_settings(f"hf:{folder}")
