@@ -29,10 +29,10 @@ import cv2
 import numpy as np
 from common import git_commit, machine  # noqa: E402  (benchmarks/ is on sys.path)
 
+from spatialrl.envs.virl.city import make_city
 from spatialrl.worlds.city.geometry import build_meshes
 from spatialrl.worlds.city.panorama import PanoramaRenderer
 from spatialrl.worlds.city.world import build_city
-from spatialrl.worlds.city.writer import make_city
 
 
 def pano_rate(pr: PanoramaRenderer, panos: list[int], width: int) -> tuple[float, float, float]:

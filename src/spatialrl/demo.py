@@ -48,7 +48,7 @@ def demo_command(
         make_bench(bench, cfg, force=True)
     for style, path, s in (("metro", metro, seed), ("hillside", hillside, seed + 1)):
         if not (path / "city.json").exists():
-            from spatialrl.worlds.city.writer import make_city
+            from spatialrl.envs.virl.city import make_city
 
             console.rule(f"{style} city")
             make_city(style, city_routes, s, path, tiny=True, force=True)

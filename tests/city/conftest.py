@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from spatialrl.worlds.city.writer import make_city
+from spatialrl.envs.virl.city import make_city
 
 SEED = 5
 

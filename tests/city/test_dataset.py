@@ -153,7 +153,7 @@ def test_paths_are_shortest_and_run_along_streets(metro_data, city_seed):
 def test_same_seed_same_bytes_and_pixels(tmp_path, hillside_data, city_seed):
     # Regenerate the session's hillside city with the same arguments: same bytes, same pixels.
     b = writer.make_city("hillside", 10, city_seed, tmp_path / "again", tiny=True, pano_width=256,
-                         contact_sheet=False, progress=False)
+                         progress=False)
     a = hillside_data
     assert (a / "route_infos.json").read_bytes() == (b / "route_infos.json").read_bytes()
     assert (a / "gps_pano_mapping.pkl").read_bytes() == (b / "gps_pano_mapping.pkl").read_bytes()

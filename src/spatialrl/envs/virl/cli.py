@@ -5,7 +5,6 @@ Light imports only at module level (no torch); each command imports what it need
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Annotated
 
@@ -170,18 +169,11 @@ def make_toy_data(
     typer.echo(f"wrote {path}")
 
 
-# --- commands owned by the city generator (src/spatialrl/worlds/city/cli.py) -------------------------
-# Registered here when that module exists, so users find `spatialrl virl make-city` next to check-data.
+# `spatialrl virl make-city`: the city generator's command (envs/virl/city.py), next to check-data.
 def _register_city_commands() -> None:
-    try:
-        found = importlib.util.find_spec("spatialrl.worlds.city.cli") is not None
-    except ModuleNotFoundError:
-        found = False
-    if not found:
-        return
-    from spatialrl.worlds.city.cli import make_city  # noqa: PLC0415 (deliberately lazy)
+    from spatialrl.envs.virl.city import make_city_command  # noqa: PLC0415 (deliberately lazy)
 
-    app.command("make-city")(make_city)
+    app.command("make-city")(make_city_command)
 
 
 _register_city_commands()

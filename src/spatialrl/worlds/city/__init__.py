@@ -4,6 +4,8 @@
 readable signs, street furniture), renders its street-view panoramas and writes routes, so the V-IRL
 env, SFT, RL and every evaluation split run on data that needs no download. ``build_city`` gives the
 world before rendering. Both load lazily: importing this package (as the CLI does) stays cheap.
+The V-IRL dataset check and the contact sheet need the V-IRL env, a layer above: they run in
+``spatialrl.envs.virl.city.make_city`` (what `spatialrl virl make-city` calls).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Write a generated city as a V-IRL dataset folder, plus its manifest and a contact sheet.
+"""Write a generated city as a V-IRL dataset folder, plus its manifest.
 
 Layout (the real ``nyc_1k_routes/`` layout, ``spec/citygen.md``)::
 
@@ -7,12 +7,16 @@ Layout (the real ``nyc_1k_routes/`` layout, ``spec/citygen.md``)::
     street_views/<pano>.jpg       equirectangular panoramas (2:1)
     street_views/<pano>.metadata.json   {"rotation": <north rotation, degrees>, ...}
     city.json                     manifest: style, seed, generator version, route statistics, graph, places
-    contact_sheet.png             sample 2x2 observations with their instruction line
+    contact_sheet.png             (written by the ``finish`` hook of ``spatialrl.envs.virl.city``)
 
 Everything is written into a temporary sibling folder that is renamed into place at the end, so a
 crash never leaves a half-written dataset; an existing folder is only replaced with ``force``.
 Only the panoramas that routes pass through are rendered (relocating any rail point finds the same
 pano as it would among all of the city's panos: the nearest one always lies on the route).
+
+The world layer knows the V-IRL *file format* but not the V-IRL env: checking the written folder with
+the env's own loader and drawing the contact sheet happen in :func:`spatialrl.envs.virl.city.make_city`,
+which passes them in as ``finish`` (run on the temporary folder, before it is renamed into place).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import pickle
 import shutil
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +55,6 @@ JPEG_QUALITY = 90
 DEFAULT_PANO_WIDTH = 2048
 TINY_PANO_WIDTH = 512
 TINY_ROUTES = 20
-CONTACT_SAMPLES = 6
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,8 @@ class CityOptions:
     tiny: bool = False
     pano_width: int | None = None  # default 2048, or 512 with tiny
     jpeg_quality: int = JPEG_QUALITY
-    contact_sheet: bool = True
+    # Called with the written folder before the manifest (the V-IRL check and contact sheet; timed as check_s).
+    finish: Callable[[Path], None] | None = None
 
     @property
     def width(self) -> int:
@@ -102,12 +107,14 @@ def route_statistics(routes: list[Route]) -> dict[str, Any]:
 
 
 def make_city(style: str, routes: int, seed: int, out: str | Path, *, tiny: bool = False, force: bool = False,
-              pano_width: int | None = None, jpeg_quality: int = JPEG_QUALITY, contact_sheet: bool = True,
-              progress: bool = True, device: int | None = None) -> Path:
+              pano_width: int | None = None, jpeg_quality: int = JPEG_QUALITY,
+              progress: bool = True, device: int | None = None, finish: Callable[[Path], None] | None = None) -> Path:
     """Generate a city and write it as a V-IRL dataset at ``out``; returns the folder.
 
-    Raises ``FileExistsError`` if ``out`` exists and ``force`` is false (before any work)."""
-    opts = CityOptions(style, int(routes), int(seed), tiny, pano_width, jpeg_quality, contact_sheet)
+    ``finish(folder)`` runs on the written folder before the manifest and the rename (an error there
+    leaves nothing behind); :func:`spatialrl.envs.virl.city.make_city` passes the V-IRL dataset check and
+    the contact sheet. Raises ``FileExistsError`` if ``out`` exists and ``force`` is false (before any work)."""
+    opts = CityOptions(style, int(routes), int(seed), tiny, pano_width, jpeg_quality, finish)
     if opts.routes < 1:
         raise ValueError(f"--routes must be >= 1, got {opts.routes}")
     if opts.width < 64 or opts.width % 4:
@@ -211,18 +218,10 @@ def _write(opts: CityOptions, root: Path, progress: bool, device: int | None) ->
         if len(mapping) != len(used):
             raise DataError("two panoramas share a (lat, lng) key; the generator's pano spacing is broken")
         atomic_write_bytes(root / "gps_pano_mapping.pkl", pickle.dumps(mapping, protocol=4))
-        t = time.perf_counter()
-        from spatialrl.envs.virl.validate import check_dataset
-
-        problems = check_dataset(root, images=True, decode=False)
-        if problems:
-            listed = "\n  ".join(str(p) for p in problems[:10])
-            raise DataError(f"generated city fails the V-IRL dataset check ({len(problems)} problems):\n  {listed}")
-        timing["check_s"] = time.perf_counter() - t
-        if opts.contact_sheet:
-            from spatialrl.worlds.city.contact import write_contact_sheet
-
-            write_contact_sheet(root, root / "contact_sheet.png", n=CONTACT_SAMPLES, seed=opts.seed)
+        if opts.finish is not None:
+            t = time.perf_counter()
+            opts.finish(root)
+            timing["check_s"] = time.perf_counter() - t
         timing["total_s"] = time.perf_counter() - t0
         manifest = {
             "generator": "spatialrl.worlds.city",

@@ -1,18 +1,45 @@
-"""`spatialrl virl make-city`: generate a city and write it as a V-IRL dataset.
+"""Generated cities as checked V-IRL datasets, and the `spatialrl virl make-city` command.
 
-Mounted on the V-IRL CLI (``spatialrl.envs.virl.cli`` registers ``make_city`` when this module
-exists). Light imports only: the generator (numpy, OpenGL) loads inside the command.
+:func:`make_city` is the city writer of the world layer (``spatialrl.worlds.city.writer``) plus what
+needs the V-IRL env: the dataset check with the env's own loader and the contact sheet
+(:mod:`spatialrl.envs.virl.contact_sheet`), both run on the written folder before it is renamed into
+place. Light imports only: the generator (numpy, OpenGL) loads inside the functions.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+CONTACT_SAMPLES = 6
 
-def make_city(
+
+def make_city(style: str, routes: int, seed: int, out: str | Path, *, contact_sheet: bool = True,
+              **kwargs: Any) -> Path:
+    """Generate a city, write it as a V-IRL dataset at ``out``, check it with the V-IRL loader and (with
+    ``contact_sheet``) draw ``contact_sheet.png``. ``kwargs`` go to
+    :func:`spatialrl.worlds.city.writer.make_city` (``tiny``, ``force``, ``pano_width``, ...)."""
+    from spatialrl.errors import DataError
+    from spatialrl.worlds.city import writer
+
+    def finish(root: Path) -> None:
+        from spatialrl.envs.virl.validate import check_dataset
+
+        problems = check_dataset(root, images=True, decode=False)
+        if problems:
+            listed = "\n  ".join(str(p) for p in problems[:10])
+            raise DataError(f"generated city fails the V-IRL dataset check ({len(problems)} problems):\n  {listed}")
+        if contact_sheet:
+            from spatialrl.envs.virl.contact_sheet import write_contact_sheet
+
+            write_contact_sheet(root, root / "contact_sheet.png", n=CONTACT_SAMPLES, seed=seed)
+
+    return writer.make_city(style, routes, seed, out, finish=finish, **kwargs)
+
+
+def make_city_command(
     out: Annotated[Path, typer.Option("--out", help="Folder to write (route_infos.json, gps_pano_mapping.pkl, "
                                                     "street_views/, city.json, contact_sheet.png).")],
     style: Annotated[str, typer.Option(help="metro (training city) | hillside | oldtown (visual OOD).")] = "metro",
@@ -32,7 +59,6 @@ def make_city(
     from spatialrl.errors import SpatialRLError
     from spatialrl.worlds.city.styles import STYLES
     from spatialrl.worlds.city.writer import TINY_ROUTES
-    from spatialrl.worlds.city.writer import make_city as write_city
 
     console = Console(stderr=True)
     if style not in STYLES:
@@ -40,7 +66,7 @@ def make_city(
         raise typer.Exit(2)
     n = routes if routes is not None else (TINY_ROUTES if tiny else 1000)
     try:
-        path = write_city(style, n, seed, out, tiny=tiny, force=overwrite or force, pano_width=pano_width,
+        path = make_city(style, n, seed, out, tiny=tiny, force=overwrite or force, pano_width=pano_width,
                           jpeg_quality=jpeg_quality, contact_sheet=contact_sheet)
     except FileExistsError as e:
         console.print(f"[red]error:[/red] {e}")
