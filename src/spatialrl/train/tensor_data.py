@@ -40,7 +40,13 @@ import torch
 
 from spatialrl.errors import DataError
 from spatialrl.io import atomic_folder, atomic_write_json
-from spatialrl.train.chat_tokens import IGNORE_INDEX, encode_conversations
+from spatialrl.train.chat_tokens import (
+    IGNORE_INDEX,
+    assistant_token_mask,
+    default_fold_system,
+    encode_conversations,
+    render_conversation,
+)
 
 FORMAT = "spatialrl-sft-tensors/1"
 FAMILIES = ("qwen2_vl", "qwen2_5_vl")
@@ -139,7 +145,7 @@ def _encode_rows(root: Path, processor: Any, model_type: str, indices: list[int]
     rows = SFTDataset.rows_of(root)
     images: dict[str, np.ndarray] = {}
     ids, labels, refs = [], [], []
-    token_types = False
+    token_types = _emits_token_types(processor)
     for i in indices:
         row = rows[i]
         conv, paths = [], []
@@ -156,18 +162,9 @@ def _encode_rows(root: Path, processor: Any, model_type: str, indices: list[int]
                 else:
                     parts.append(dict(part))
             conv.append({"role": message["role"], "content": parts})
-        batch = encode_conversations(processor, [conv], model_type=model_type, names=[str(row["id"])])
-        if "mm_token_type_ids" in batch:  # newer transformers: 1 on image tokens (rebuilt by the batcher)
-            token_types = True
-            if not torch.equal(batch["mm_token_type_ids"][0].bool(), batch["input_ids"][0] == processor.image_token_id):
-                raise DataError(f"{row['id']}: mm_token_type_ids is not the image-token mask; use data.engine=collator")
-        unknown = set(batch) - {"input_ids", "attention_mask", "labels", "pixel_values", "image_grid_thw",
-                                "mm_token_type_ids"}
-        if unknown:
-            raise DataError(f"{row['id']}: the processor returns {sorted(unknown)}, which data.engine=tensor does "
-                            "not rebuild; use data.engine=collator")
-        ids.append(batch["input_ids"][0].numpy().astype(np.int32))
-        labels.append((batch["labels"][0] != IGNORE_INDEX).numpy())
+        row_ids, row_mask = encode_expanded(processor, conv, settings, str(row["id"]))
+        ids.append(row_ids)
+        labels.append(row_mask)
         refs.append(paths)
     return {"ids": ids, "labels": labels, "refs": refs, "images": images, "token_types": token_types}
 
@@ -181,6 +178,55 @@ def _progress(parts: Any, total: int, root: Path, show: bool) -> Any:
         if show and (k == total or k % max(1, total // 10) == 0):
             print(f"compiling {root.name}: chunk {k}/{total} ({time.perf_counter() - t0:.0f} s)", flush=True)
         yield part
+
+
+def encode_expanded(processor: Any, conversation: Any, settings: dict[str, Any], name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids and assistant mask of one conversation whose images are already at the processor's size.
+
+    The collator's steps without its pixel work: the chat template text and the assistant mask come from
+    :mod:`spatialrl.train.chat_tokens` (the same functions), then each image placeholder token is repeated
+    ``(H/patch)·(W/patch)/merge²`` times — what the Qwen-VL processors do to the text before tokenising
+    (the placeholder is a special token, so expanding the text or the ids is the same). ``tests/train``
+    checks the result against the collator token for token.
+    """
+    rendered = render_conversation(processor, conversation, default_fold_system(processor))
+    text_ids, mask = assistant_token_mask(processor.tokenizer, rendered)
+    pad = int(processor.image_token_id)
+    counts = []
+    for image in rendered.images:
+        w, h = image.size
+        if (h, w) != resized_shape(h, w, settings):
+            raise DataError(f"{name}: image of {w}x{h} is not at the processor's size")
+        counts.append((h // settings["patch"]) * (w // settings["patch"]) // settings["merge"] ** 2)
+    if text_ids.count(pad) != len(counts):
+        raise DataError(f"{name}: {text_ids.count(pad)} image placeholders for {len(counts)} images")
+    out_ids, out_mask, k = [], [], 0
+    for token, m in zip(text_ids, mask, strict=True):
+        if token == pad:
+            out_ids += [pad] * counts[k]
+            out_mask += [0] * counts[k]
+            k += 1
+        else:
+            out_ids.append(token)
+            out_mask.append(m)
+    return np.asarray(out_ids, dtype=np.int32), np.asarray(out_mask, dtype=bool)
+
+
+def _emits_token_types(processor: Any) -> bool:
+    """Whether this processor returns ``mm_token_type_ids`` (newer transformers; 1 on image tokens)."""
+    probe = [{"role": "user", "content": [{"type": "image", "image": np.zeros((56, 56, 3), np.uint8)},
+                                          {"type": "text", "text": "x"}]}]
+    batch = encode_conversations(processor, [probe])
+    unknown = set(batch) - {"input_ids", "attention_mask", "labels", "pixel_values", "image_grid_thw",
+                            "mm_token_type_ids"}
+    if unknown:
+        raise DataError(f"the processor returns {sorted(unknown)}, which data.engine=tensor does not rebuild; "
+                        "use data.engine=collator")
+    if "mm_token_type_ids" in batch:
+        if not torch.equal(batch["mm_token_type_ids"][0].bool(), batch["input_ids"][0] == processor.image_token_id):
+            raise DataError("mm_token_type_ids is not the image-token mask; use data.engine=collator")
+        return True
+    return False
 
 
 def compile_dataset(root: str | Path, processor: Any, model_type: str, model_path: str | None = None,
