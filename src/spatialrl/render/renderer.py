@@ -232,6 +232,39 @@ class Renderer:
         """Instance-id frames, (N, H, W) int32; 0 = structure or background."""
         return self._render(scene, cameras, self.width, self.height, ids=True)
 
+    def render_batch(self, items: Sequence[tuple[Scene, Camera]], out: np.ndarray | Sequence[np.ndarray] | None = None
+                     ) -> np.ndarray | Sequence[np.ndarray]:
+        """Colour frames of ``(scene, camera)`` pairs over *many* scenes, in as few passes as possible.
+
+        Every frame of a chunk (up to ``MAX_BATCH_PIXELS``: 36 frames at 640x360, 178 at 280x168) is
+        queued before the first is read back, whatever its scene: scenes stay resident (uploaded once),
+        so switching scene between cameras costs a texture bind. A frame is bit-identical to
+        ``render(scene, [camera])`` (same framebuffer size, same state, same draw order).
+        ``out``: an (N, H, W, 3) uint8 array or N such (H, W, 3) C-contiguous views to write into
+        (e.g. slots of an observation buffer); returned. Default: a new (N, H, W, 3) array."""
+        self._check_open()
+        items = list(items)
+        for i, item in enumerate(items):
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise TypeError(f"items[{i}] must be a (Scene, Camera) pair, got {type(item).__name__}")
+            self._check_scene(item[0])
+        scenes = [sc for sc, _ in items]
+        cameras = self._check_cameras([cam for _, cam in items])
+        w, h = self.width, self.height
+        if out is None:
+            out = np.empty((len(items), h, w, 3), np.uint8)
+        if len(out) != len(items):
+            raise ValueError(f"out holds {len(out)} frames for {len(items)} items")
+        for i, dest in enumerate(out):
+            if dest.shape != (h, w, 3) or dest.dtype != np.uint8 or not dest.flags.c_contiguous:
+                raise ValueError(f"out[{i}] must be a C-contiguous ({h}, {w}, 3) uint8 array, got "
+                                 f"{dest.dtype} {dest.shape}")
+        per_chunk = max(1, MAX_BATCH_PIXELS // (w * h))
+        for start in range(0, len(items), per_chunk):
+            stop = start + per_chunk
+            self._draw_batch(scenes[start:stop], cameras[start:stop], w, h, False, out[start:stop])
+        return out
+
     def render_equirect(self, scene: Scene, position: Sequence[float], width: int = 1024, height: int = 512,
                         north_deg: float = 0.0) -> np.ndarray:
         """A full 360°x180° equirectangular panorama (H, W, 3) uint8 seen from ``position``.
@@ -251,21 +284,30 @@ class Renderer:
         strip = faces.reshape(6 * face, face, 3)  # faces stacked top to bottom, no copy
         return cv2.remap(strip, map_x, map_y, interpolation=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
 
-    def _render(self, scene: Scene, cameras: Sequence[Camera], w: int, h: int, ids: bool) -> np.ndarray:
-        self._check_open()
+    def _check_scene(self, scene: object) -> None:
         if not isinstance(scene, Scene) or scene._owner is not self:
             raise ValueError("scene was not uploaded by this Renderer")
         if scene.released:
             raise ValueError("scene has been released")
+
+    @staticmethod
+    def _check_cameras(cameras: Sequence[Camera]) -> list[Camera]:
         cameras = list(cameras)
         for i, c in enumerate(cameras):
             if not isinstance(c, Camera):
                 raise TypeError(f"cameras[{i}] is {type(c).__name__}, expected spatialrl.render.Camera")
+        return cameras
+
+    def _render(self, scene: Scene, cameras: Sequence[Camera], w: int, h: int, ids: bool) -> np.ndarray:
+        self._check_open()
+        self._check_scene(scene)
+        cameras = self._check_cameras(cameras)
         n = len(cameras)
         per_chunk = max(1, MAX_BATCH_PIXELS // (w * h))
         out = np.empty((n, h, w), np.int32) if ids else np.empty((n, h, w, 3), np.uint8)
         for start in range(0, n, per_chunk):
-            self._draw_batch(scene, cameras[start:start + per_chunk], w, h, ids, out[start:start + per_chunk])
+            chunk = cameras[start:start + per_chunk]
+            self._draw_batch([scene] * len(chunk), chunk, w, h, ids, out[start:start + per_chunk])
         return out
 
     def _pool(self, w: int, h: int, n: int, multisample: bool) -> list[tuple]:
@@ -289,8 +331,9 @@ class Renderer:
                 _release_fbos(pair)
         return pool[:n]
 
-    def _draw_batch(self, scene: Scene, cameras: list[Camera], w: int, h: int, ids: bool, dest: np.ndarray) -> None:
-        """Draw camera i into framebuffer i, then read every frame into ``dest[i]``.
+    def _draw_batch(self, scenes: list[Scene], cameras: list[Camera], w: int, h: int, ids: bool,
+                    dest: np.ndarray | Sequence[np.ndarray]) -> None:
+        """Draw camera i of scene i into framebuffer i, then read every frame into ``dest[i]``.
 
         The projection is flipped vertically, so OpenGL's bottom-up rows come out top-down and a
         frame reads straight into (H, W, 4) memory. Reading RGBA and dropping alpha with OpenCV is
@@ -304,21 +347,25 @@ class Renderer:
             ctx.enable(moderngl.CULL_FACE)
         else:
             ctx.disable(moderngl.CULL_FACE)
-        sky = scene.sky
-        bg = (0.0, 0.0, 0.0) if ids else sky.horizon
         aspect = w / h
-        prog, vao = (self._ids, scene.vao_ids) if ids else (self._shaded, scene.vao_shaded)
-        if not ids:
-            scene._textures.use(0)
-            light = scene.lighting
-            prog["textures"].value = 0
-            px, nx, py, ny, pz, nz = (float(v) for v in light.cube)
-            prog["cube_pos"].value = (px, py, pz)
-            prog["cube_neg"].value = (nx, ny, nz)
-            prog["key_dir"].value = tuple(_unit(light.key_dir))
-            prog["key"].value = float(light.key)
+        prog = self._ids if ids else self._shaded
         mvp = prog["mvp"]
-        for cam, (fbo, msaa) in zip(cameras, pool, strict=True):
+        bound = None
+        for scene, cam, (fbo, msaa) in zip(scenes, cameras, pool, strict=True):
+            if scene is not bound:  # consecutive cameras of one scene share its bindings
+                bound = scene
+                sky = scene.sky
+                bg = (0.0, 0.0, 0.0) if ids else sky.horizon
+                vao = scene.vao_ids if ids else scene.vao_shaded
+                if not ids:
+                    scene._textures.use(0)
+                    light = scene.lighting
+                    prog["textures"].value = 0
+                    px, nx, py, ny, pz, nz = (float(v) for v in light.cube)
+                    prog["cube_pos"].value = (px, py, pz)
+                    prog["cube_neg"].value = (nx, ny, nz)
+                    prog["key_dir"].value = tuple(_unit(light.key_dir))
+                    prog["key"].value = float(light.key)
             target = msaa if multisample else fbo
             target.use()
             target.clear(*bg, 1.0, depth=1.0)

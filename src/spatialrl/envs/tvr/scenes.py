@@ -105,7 +105,11 @@ def badge_patch(label: str, width: int) -> tuple[np.ndarray, int, int]:
 
 def burn_badge(frame: np.ndarray, label: str) -> np.ndarray:
     """A copy of ``frame`` with the ``label`` badge in its top-right corner (cropped to the frame)."""
-    out = np.array(frame, dtype=np.uint8, copy=True)
+    return paste_badge(np.array(frame, dtype=np.uint8, copy=True), label)
+
+
+def paste_badge(out: np.ndarray, label: str) -> np.ndarray:
+    """Draw the ``label`` badge into ``out`` (H, W, 3) in place; returns ``out``."""
     patch, x0, y0 = badge_patch(label, out.shape[1])
     ph = min(patch.shape[0], out.shape[0] - y0)
     pw = min(patch.shape[1], out.shape[1] - x0)
@@ -200,6 +204,41 @@ class RenderService:
             while len(self._frames) > self.cache_frames:
                 self._frames.popitem(last=False)
         return img
+
+    def render_into(self, requests: list[tuple[str, Pose, str | None, np.ndarray]]) -> None:
+        """Write the frame of each ``(scene_id, pose, label, dest)`` into ``dest`` (H, W, 3), as ``frame``
+        would return it (same pixels, same cache), rendering every cache miss in one batch over all
+        their scenes (``Renderer.render_batch``): the batch path of ``TVRVectorEnv``."""
+        misses = []
+        for scene_id, pose, label, dest in requests:
+            cached = self._frames.get((scene_id, pose, label)) if self.cache_frames > 0 else None
+            if cached is not None:
+                self._frames.move_to_end((scene_id, pose, label))
+                self.hits += 1
+                dest[...] = cached
+            else:
+                misses.append((scene_id, pose, label, dest))
+        if not misses:
+            return
+        self.misses += len(misses)
+        backend = self.backend
+        # Every scene of the batch stays uploaded until it is drawn; same-scene cameras sit together.
+        backend.max_scenes = max(backend.max_scenes, len({m[0] for m in misses}))
+        misses.sort(key=lambda m: m[0])
+        items = []
+        for scene_id, pose, _, _ in misses:
+            up = backend.scene(scene_id)
+            items.append((up.scene, camera_for(up.house, pose, self.fov)))
+        backend.renderer.render_batch(items, [m[3] for m in misses])
+        for scene_id, pose, label, dest in misses:
+            if label:
+                paste_badge(dest, label)
+            if self.cache_frames > 0:
+                img = dest.copy()
+                img.setflags(write=False)
+                self._frames[(scene_id, pose, label)] = img
+        while len(self._frames) > self.cache_frames:
+            self._frames.popitem(last=False)
 
     def clear(self) -> None:
         self._frames.clear()

@@ -1,0 +1,196 @@
+"""``TVRVectorEnv``: N TVR episodes in one object, every frame of a step rendered in one batch.
+
+Gymnasium's ``VectorEnv`` API (1.x): ``reset(seed=, options=)`` and ``step(actions)`` take and return
+batches; observations are one ``(N, H, W, 3)`` uint8 array, rewards ``(N,)`` float64, ``terminated`` and
+``truncated`` ``(N,)`` bool arrays, and infos a dict of arrays with a ``_key`` mask per key (nested dicts
+such as ``record`` and ``episode`` nest the same way), exactly what ``SyncVectorEnv`` makes of N
+``TVREnv``\\s. Autoreset follows ``autoreset_mode`` as documented in gymnasium 1.x:
+
+* ``NEXT_STEP`` (default): the step after an episode ends resets that env (its action is ignored;
+  reward 0, not terminated/truncated, the reset observation and info);
+* ``SAME_STEP``: the env resets in the step that ended it; ``infos["final_obs"]`` (object array) and
+  ``infos["final_info"]`` hold the last observation and info;
+* ``DISABLED``: reset envs yourself with ``reset(options={"reset_mask": mask})``.
+
+Semantics are ``TVREnv``'s, from the same code (``episode.py``): task pool and selection, lattice, move
+rules, budgets, rewards, success, oracle, records and summaries. Env ``i`` draws its tasks with its own
+RNG seeded like a single env's (``reset(seed=s)`` seeds env ``i`` with ``s + i``, as ``SyncVectorEnv``), so
+N vector episodes equal N single envs for the same seeds and actions, frames included (tested).
+
+Reset options: the single env's (``task``, ``task_id``: every reset env gets them), per env
+``task_ids`` / ``tasks`` (sequences of N entries, None = draw from the pool) and ``reset_mask``.
+
+Rendering: each step collects the frames it needs (current views, and at resets the start and target
+views) and renders the cache misses in one ``Renderer.render_batch`` call over all their scenes, straight
+into the observation buffer (``RenderService.render_into``; see ``docs/rendering.md``). The frame cache is
+the process-wide one of ``TVREnv`` (``cache_mb``; 0 = off). ``copy=False`` returns the env's own
+observation and target buffers (overwritten by the next call) instead of fresh copies.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.utils import seeding
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from spatialrl.envs.tvr import oracle
+from spatialrl.envs.tvr.episode import Episode, RewardConfig, TaskPool, check_env_args
+from spatialrl.envs.tvr.scenes import render_service
+
+Request = tuple[str, Any, "str | None", np.ndarray]
+
+
+class TVRVectorEnv(VectorEnv):
+    __doc__ = __doc__
+
+    def __init__(self, num_envs: int, bench: str | Path | None = None, split: str = "eval",
+                 tasks: list[dict[str, Any]] | None = None, width: int = 640, height: int = 360,
+                 badges: bool = True, cache_mb: float = 512.0, max_steps_single: int = 30,
+                 max_steps_multi: int = 40, distance: str = "euclidean", reward: RewardConfig | None = None,
+                 expert_tie_break: str = oracle.DEFAULT_TIE_BREAK,
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, copy: bool = True):
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
+            raise ValueError(f"TVRVectorEnv num_envs must be a positive integer, got {num_envs!r}")
+        check_env_args("TVRVectorEnv", width=width, height=height, max_steps_single=max_steps_single,
+                       max_steps_multi=max_steps_multi, distance=distance, expert_tie_break=expert_tie_break)
+        try:
+            self.autoreset_mode = AutoresetMode(autoreset_mode)
+        except ValueError:
+            raise ValueError(f"TVRVectorEnv autoreset_mode must be one of {[m.value for m in AutoresetMode]}, "
+                             f"got {autoreset_mode!r}") from None
+        self.metadata = {"autoreset_mode": self.autoreset_mode, "render_modes": []}
+        self.num_envs = num_envs
+        self._tasks = TaskPool(bench, split, tasks, owner="TVRVectorEnv")
+        self.bench, self.split = self._tasks.bench, split
+        self.width, self.height, self.badges = width, height, badges
+        self.budgets = {"single": max_steps_single, "multi": max_steps_multi}
+        self.distance, self.reward_cfg, self.expert_tie_break = distance, reward or RewardConfig(), expert_tie_break
+        self.copy = copy
+        self.renderer = render_service(width, height, cache_mb)
+        self.single_observation_space = gym.spaces.Box(0, 255, (height, width, 3), np.uint8)
+        self.single_action_space = gym.spaces.Text(max_length=4096, min_length=0, charset=string.printable)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.episodes: list[Episode | None] = [None] * num_envs
+        self._rngs: list[np.random.Generator | None] = [None] * num_envs
+        self._obs = np.zeros((num_envs, height, width, 3), np.uint8)
+        self._targets = np.zeros((num_envs, height, width, 3), np.uint8)
+        self._autoreset = np.zeros(num_envs, np.bool_)
+        self._labels = ("CURRENT", "TARGET") if badges else (None, None)
+
+    # -- gym VectorEnv API ----------------------------------------------------------------------------
+    def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None):
+        n = self.num_envs
+        seeds = [None] * n if seed is None else [seed + i for i in range(n)] if isinstance(seed, int) else list(seed)
+        if len(seeds) != n:
+            raise ValueError(f"seed must be None, an int or {n} seeds (one per env), got {len(seeds)}")
+        options = dict(options or {})
+        mask = options.pop("reset_mask", None)
+        if mask is None:
+            mask = np.ones(n, np.bool_)
+        elif not (isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and mask.shape == (n,) and mask.any()):
+            raise ValueError(f"options['reset_mask'] must be a bool numpy array of shape ({n},) with a True entry")
+        per_env = self._per_env_options(options)
+        requests: list[Request] = []
+        infos: list[tuple[int, dict[str, Any]]] = []
+        for i in np.flatnonzero(mask):
+            infos.append((int(i), self._reset_one(int(i), seeds[i], per_env[i], requests)))
+        self._autoreset[mask] = False
+        self.renderer.render_into(requests)
+        return self._out(self._obs), self._merge(infos, mask)
+
+    def step(self, actions: Sequence[str]):
+        actions = list(actions)
+        n = self.num_envs
+        if len(actions) != n:
+            raise ValueError(f"TVRVectorEnv.step needs {n} actions (one per env), got {len(actions)}")
+        rewards = np.zeros(n, np.float64)
+        terminated = np.zeros(n, np.bool_)
+        truncated = np.zeros(n, np.bool_)
+        requests: list[Request] = []
+        infos: list[tuple[int, dict[str, Any]]] = []
+        finals: list[tuple[int, np.ndarray, dict[str, Any]]] = []
+        current = self._labels[0]
+        for i, action in enumerate(actions):
+            if self.autoreset_mode == AutoresetMode.NEXT_STEP and self._autoreset[i]:
+                infos.append((i, self._reset_one(i, None, {}, requests)))
+                continue
+            ep = self.episodes[i]
+            if ep is None:
+                raise RuntimeError(f"TVRVectorEnv.step: env {i} was never reset; call reset() first")
+            rewards[i], terminated[i], truncated[i], record = ep.step(action)
+            info = ep.info(None, record)
+            if self.autoreset_mode == AutoresetMode.SAME_STEP and ep.done:
+                final_obs = np.empty_like(self._obs[i])
+                requests.append((ep.scene_id, ep.pose, current, final_obs))
+                finals.append((i, final_obs, {"target_image": self._targets[i].copy(), **info}))
+                info = self._reset_one(i, None, {}, requests)
+            else:
+                requests.append((ep.scene_id, ep.pose, current, self._obs[i]))
+            infos.append((i, info))
+        self._autoreset = terminated | truncated
+        self.renderer.render_into(requests)
+        return (self._out(self._obs), rewards, terminated, truncated,
+                self._merge(infos, np.ones(n, np.bool_), finals))
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self.episodes = [None] * self.num_envs
+
+    # -- helpers --------------------------------------------------------------------------------------
+    def _per_env_options(self, options: dict[str, Any]) -> list[dict[str, Any]]:
+        n = self.num_envs
+        shared = {k: v for k, v in options.items() if k not in ("task_ids", "tasks")}
+        per_env = [dict(shared) for _ in range(n)]
+        for key, single in (("task_ids", "task_id"), ("tasks", "task")):
+            if key in options:
+                values = list(options[key])
+                if len(values) != n:
+                    raise ValueError(f"reset options[{key!r}] needs {n} entries (one per env), got {len(values)}")
+                for opts, v in zip(per_env, values, strict=True):
+                    if v is not None:
+                        opts[single] = v
+        return per_env
+
+    def _reset_one(self, i: int, seed: int | None, options: dict[str, Any], requests: list[Request]) -> dict[str, Any]:
+        """Start a new episode in env ``i`` (seeded like ``gym.Env.reset``); queue its target and start frames."""
+        if seed is not None:
+            self._rngs[i] = seeding.np_random(seed)[0]
+        elif self._rngs[i] is None:
+            self._rngs[i] = seeding.np_random()[0]
+        task = self._tasks.select(options, self._rngs[i])
+        self._tasks.check_scene(task["scene"])
+        ep = self.episodes[i] = Episode(task, max_steps=self.budgets[task["dataset"]], distance=self.distance,
+                                        reward=self.reward_cfg, tie_break=self.expert_tie_break)
+        current, target = self._labels
+        requests.append((ep.scene_id, ep.target, target, self._targets[i]))
+        requests.append((ep.scene_id, ep.start, current, self._obs[i]))
+        return ep.info(None, None)
+
+    def _out(self, buf: np.ndarray) -> np.ndarray:
+        return buf.copy() if self.copy else buf
+
+    def _merge(self, infos: list[tuple[int, dict[str, Any]]], contributed: np.ndarray,
+               finals: Sequence[tuple[int, np.ndarray, dict[str, Any]]] = ()) -> dict[str, Any]:
+        """Gymnasium's dict-of-arrays infos (``VectorEnv._add_info``), ``target_image`` from the buffer."""
+        merged: dict[str, Any] = {}
+        final_of = {i: (obs, info) for i, obs, info in finals}
+        for i, info in infos:
+            if i in final_of:
+                obs, final_info = final_of[i]
+                merged = self._add_info(merged, {"final_obs": obs, "final_info": final_info}, i)
+            merged = self._add_info(merged, info, i)
+        if contributed.all():
+            merged["target_image"] = self._out(self._targets)
+        else:
+            targets = np.zeros_like(self._targets)
+            targets[contributed] = self._targets[contributed]
+            merged["target_image"] = targets
+        merged["_target_image"] = contributed.copy()
+        return merged
