@@ -1,9 +1,10 @@
-"""Batched lock-step episode runner: N env slots × one policy, one ``generate`` call per turn.
+"""Batched lock-step episode runner: N env slots × one text policy, one ``generate`` call per turn.
 
-Eval and RL share this loop. Each turn, every active slot's conversation goes to the policy in one
-batch; each env steps on its own answer; a finished slot writes its records and takes the next
-pending episode (finished episodes leave, new ones join), so the batch stays full until the queue is
-empty.
+The text-level loop on the rollout core (:mod:`spatialrl.rollout.core`; RL's token-level loop,
+:mod:`spatialrl.rollout.agent_loop`, runs on the same core). Each turn, every active slot's conversation
+goes to the policy in one batch (the act step); each env steps on its own answer; a finished slot writes
+its records and takes the next pending episode (finished episodes leave, new ones join), so the batch
+stays full until the queue is empty.
 
 Records (when ``out_dir`` is given):
 
@@ -35,22 +36,19 @@ from pathlib import Path
 from typing import Any
 
 from spatialrl.agents.base import Generation, Policy, SamplingParams
-from spatialrl.envs.registry import EpisodeSpec, Prompter, TaskSuite
+from spatialrl.envs.registry import EpisodeSpec, TaskSuite
 from spatialrl.io import JsonlAppender, read_jsonl, write_jsonl
+from spatialrl.rollout.core import Slot, SlotPool
 from spatialrl.rollout.records import episode_record, step_record
 
 # Called after every env step: (slot's episode spec, conversation sent, generation, step 5-tuple).
 TurnHook = Callable[[EpisodeSpec, list, Generation, tuple], None]
 
 
-@dataclass
-class _Slot:
-    env: Any
-    spec: EpisodeSpec | None = None
-    prompter: Prompter | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-    t: int = 0
-    ret: float = 0.0
+@dataclass(eq=False)
+class _Slot(Slot):
+    """A core slot plus what the runner records: answer tokens and the episode's step lines."""
+
     response_tokens: int = 0
     steps: list[dict[str, Any]] = field(default_factory=list)
 
@@ -206,21 +204,17 @@ def run_episodes(
     finished: list[dict[str, Any]] = []
     n_steps = 0
     t0 = time.perf_counter()
-    slots = [_Slot(env=suite.make_env(options)) for _ in range(min(batch_size, len(pending)))]
-    pool = None
-    if env_threads > 1 and suite.thread_safe_envs:
-        from concurrent.futures import ThreadPoolExecutor
+    pool: SlotPool[_Slot] = SlotPool(suite, options, min(batch_size, len(pending)), max_turns,
+                                     env_threads=env_threads, make_slot=lambda env: _Slot(env=env))
+    slots = pool.slots
 
-        pool = ThreadPoolExecutor(env_threads)
+    def start(indices: list[int]) -> None:
+        started = pool.start([(i, pending.pop()) for i in indices[:len(pending)]])
+        for slot in started:
+            slot.response_tokens, slot.steps = 0, []
 
-    def start(slot: _Slot) -> None:
-        slot.spec = pending.pop()
-        obs, info = slot.env.reset(seed=slot.spec.seed, options=dict(slot.spec.reset_options))
-        slot.prompter = suite.make_prompter(options)
-        slot.prompter.reset(obs, info)
-        slot.info, slot.t, slot.ret, slot.response_tokens, slot.steps = info, 0, 0.0, 0, []
-
-    def finish(slot: _Slot, episode_fields: dict[str, Any] | None, error: str | None) -> None:
+    def finish(index: int, episode_fields: dict[str, Any] | None, error: str | None) -> None:
+        slot = slots[index]
         assert slot.spec is not None
         record = episode_record(slot.spec, getattr(policy, "name", type(policy).__name__), slot.t, slot.ret,
                                 slot.response_tokens, episode_fields, error)
@@ -229,7 +223,7 @@ def run_episodes(
                 step_log.write(s)
             episode_log.write(record)  # written last: its presence marks the episode complete
         finished.append(record)
-        slot.spec = None
+        pool.release(index)
 
     progress_bar = None
     if progress:
@@ -250,68 +244,60 @@ def run_episodes(
         )
     warned = False
 
+    sent: dict[int, list] = {}  # id(slot) -> the conversation the policy answered this turn
+
+    def act(active: list[_Slot]) -> list[Generation]:
+        """The text act step: one ``generate`` call for every active slot's conversation."""
+        nonlocal warned
+        conversations = [s.prompter.messages() for s in active]
+        sent.clear()
+        sent.update((id(s), c) for s, c in zip(active, conversations, strict=True))
+        streams = tuple(episode_stream(s.spec.episode_id, s.t) for s in active)
+        t_turn = time.perf_counter()
+        generations = policy.generate(conversations, replace(sampling, streams=streams), [s.info for s in active])
+        if progress_bar is not None and not warned:
+            warned = True
+            budget = max((int(s.info.get("max_steps") or 0) for s in active), default=0) or None
+            warning = cpu_time_warning(policy, time.perf_counter() - t_turn, len(pending) + len(active),
+                                       batch_size, budget)
+            if warning:
+                progress_bar.console.print(f"[yellow]{warning}[/yellow]")
+        if len(generations) != len(active):
+            raise RuntimeError(f"policy returned {len(generations)} generations for {len(active)} prompts")
+        return generations
+
     try:
-        for slot in slots:
+        start(pool.idle())
+        while pool.active():
+            for o in pool.turn(act):
+                slot, gen = o.slot, o.answer
+                if o.step is None:
+                    finish(o.index, None, gen.error)
+                    continue
+                obs, reward, terminated, truncated, info = o.step
+                n_steps += 1
+                slot.response_tokens += int(gen.completion_tokens or 0)
+                slot.steps.append(step_record(slot.spec, slot.t - 1, gen.text, reward, terminated,
+                                              truncated, info, gen.completion_tokens))
+                if on_turn is not None:
+                    on_turn(slot.spec, sent[id(slot)], gen, o.step)
+                if o.ended:
+                    finish(o.index, info.get("episode", {"success": bool(info.get("success", False))}), None)
+                elif o.capped:
+                    finish(o.index, info.get("episode"), f"runner safety cap of {max_turns} turns reached")
             if pending:
-                start(slot)
-        while True:
-            active = [s for s in slots if s.spec is not None]
-            if not active:
-                break
-            conversations = [s.prompter.messages() for s in active]
-            streams = tuple(episode_stream(s.spec.episode_id, s.t) for s in active)
-            t_turn = time.perf_counter()
-            generations = policy.generate(conversations, replace(sampling, streams=streams), [s.info for s in active])
-            if progress_bar is not None and not warned:
-                warned = True
-                budget = max((int(s.info.get("max_steps") or 0) for s in active), default=0) or None
-                warning = cpu_time_warning(policy, time.perf_counter() - t_turn, len(pending) + len(active),
-                                           batch_size, budget)
-                if warning:
-                    progress_bar.console.print(f"[yellow]{warning}[/yellow]")
-            if len(generations) != len(active):
-                raise RuntimeError(f"policy returned {len(generations)} generations for {len(active)} prompts")
-            stepping = [(s, g) for s, g in zip(active, generations, strict=True) if g.error is None]
-            if pool is not None:
-                outcomes = list(pool.map(lambda sg: sg[0].env.step(sg[1].text), stepping))
-            else:
-                outcomes = [s.env.step(g.text) for s, g in stepping]
-            outcome_of = {id(s): o for (s, _), o in zip(stepping, outcomes, strict=True)}
-            for slot, conv, gen in zip(active, conversations, generations, strict=True):
-                if gen.error is not None:
-                    finish(slot, None, gen.error)
-                else:
-                    obs, reward, terminated, truncated, info = outcome_of[id(slot)]
-                    n_steps += 1
-                    slot.t += 1
-                    slot.ret += float(reward)
-                    slot.response_tokens += int(gen.completion_tokens or 0)
-                    slot.steps.append(step_record(slot.spec, slot.t - 1, gen.text, reward, terminated,
-                                                  truncated, info, gen.completion_tokens))
-                    if on_turn is not None:
-                        on_turn(slot.spec, conv, gen, (obs, reward, terminated, truncated, info))
-                    slot.prompter.update(gen.text, obs, info)
-                    slot.info = info
-                    if terminated or truncated:
-                        finish(slot, info.get("episode", {"success": bool(info.get("success", False))}), None)
-                    elif slot.t >= max_turns:
-                        finish(slot, info.get("episode"), f"runner safety cap of {max_turns} turns reached")
-                if slot.spec is None and pending:
-                    start(slot)
+                start(pool.idle())
             if progress_bar is not None:
                 running = [(s.t, s.info.get("max_steps")) for s in slots if s.spec is not None]
                 completed, eps_text, status = progress_fields(previous + finished, running, len(episodes), n_steps)
                 progress_bar.update(bar, completed=completed, episodes=eps_text, status=status)
     finally:
-        if pool is not None:
-            pool.shutdown()
+        pool.close()
         if progress_bar is not None:
             progress_bar.stop()
         for log in (step_log, episode_log):
             if log is not None:
                 log.close()
-        for slot in slots:
-            slot.env.close()
 
     # Keep the caller's episode order; records of episodes not in this call are kept at the end.
     by_id = {r["episode_id"]: r for r in previous + finished}
