@@ -99,3 +99,34 @@ def _load(spec: str):
     model_type_of(path)
     model = AutoModelForImageTextToText.from_pretrained(path, local_files_only=True)
     return model, load_processor(path), str(path)
+
+
+@app.command("probe")
+def probe_command(
+    model: str = typer.Argument(..., help="builtin:NAME or hf:PATH of a TVR model."),
+    data: Path = typer.Option(..., help="TVR bench folder (use a split the model never trained on)."),
+    split: str = typer.Option("eval", help="Bench split the probe states come from."),
+    states: int = typer.Option(200, help="Held-out states probed."),
+    seed: int = typer.Option(0, help="Seed of the state sample and of the target swaps."),
+) -> None:
+    """Image sensitivity of a TVR model: does swapping the target image move its answer distribution?"""
+    import json
+
+    import torch
+
+    from spatialrl.errors import SpatialRLError
+
+    try:
+        from spatialrl.eval.image_probe import image_sensitivity, probe_states
+        from spatialrl.models.builtin import model_eval_settings
+
+        settings = model_eval_settings(model) or {"options": {}}
+        options = {k: v for k, v in settings.get("options", {}).items() if k in ("width", "height", "badges")}
+        net, processor, _ = _load(model)
+        net.eval()
+        with torch.no_grad():
+            result = image_sensitivity(net, processor, probe_states(data, split, options, states, seed), seed)
+        typer.echo(json.dumps(result, indent=2))
+    except SpatialRLError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
