@@ -51,11 +51,11 @@ def _sync() -> None:
 
 
 class StepClock:
-    """Patches ``agents.hf.TokenSampler.__call__`` (looked up by ``sample_segments`` at call time) to
-    record a synced timestamp at every decoding step."""
+    """Patches ``models.sampling.TokenSampler.__call__`` (looked up by ``sample_segments`` at call time)
+    to record a synced timestamp at every decoding step."""
 
     def __init__(self) -> None:
-        from spatialrl.agents import hf
+        from spatialrl.models import sampling as hf
 
         self.hf, self.original, self.stamps = hf, hf.TokenSampler.__call__, []
 

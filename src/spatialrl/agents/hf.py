@@ -1,108 +1,31 @@
 """Local Hugging Face image-text-to-text models as a batched :class:`Policy`.
 
 One code path for every family transformers loads with ``AutoModelForImageTextToText`` (tested on
-Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Llama-3.2-Vision/Mllama, Idefics3 and SmolVLM): the family's own
-processor and chat template build the inputs, ``model.generate`` decodes a left-padded batch with the
-KV cache.
-
-Token selection happens in our own logits processor (``TokenSampler``), with HF's greedy search picking
-the one token it leaves. Why: the log-prob of each chosen token is then recorded from the very logits
-it was drawn from (``logits / temperature``, or the raw logits for greedy) without keeping every
-step's full-vocabulary logits, sampling draws from a ``torch.Generator`` seeded per call (no global RNG
-state), and the model's own ``generation_config`` (Qwen ships ``repetition_penalty=1.05``) cannot
-silently change the distribution the trainer later re-scores.
+Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Llama-3.2-Vision/Mllama, Idefics3 and SmolVLM). The policy is a thin
+shell over the model-I/O layer the trainers use as well: the family adapter (``models/family.py``:
+system folding, image nesting, EOS, banned ids, processor quirks), the conversation encoder
+(``models/encode.py``) and the token sampler (``models/sampling.py``: ``TokenSampler`` inside one
+``model.generate`` over a left-padded batch with the KV cache). What stays here is what only eval
+needs: a thread pool for preprocessing, per-conversation errors, ``max_batch_size`` chunks, halving
+on out-of-memory, per-call generator seeding and usage counters.
 """
 
 from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from PIL import Image
-from transformers import BatchFeature, GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers import BatchFeature, GenerationConfig
 
 from spatialrl.agents.base import Conversation, Generation, SamplingParams
-from spatialrl.agents.vision_cache import QWEN_FAMILIES, VisionCache
+from spatialrl.agents.vision_cache import VisionCache
 from spatialrl.errors import DataError
-from spatialrl.models.mllama_mask import mask_cross_attention_rows
-
-# Families whose processors take one image list per sample (Qwen takes one flat list for the batch).
-NESTED_IMAGE_FAMILIES = ("idefics3", "smolvlm", "mllama")
-
-
-class TokenSampler(LogitsProcessor):
-    """Chooses each next token (greedy or temperature/top-p sampling) and records its log-prob.
-
-    Returns scores that are ``-inf`` everywhere except the chosen token, so HF's greedy search takes
-    exactly our choice. ``banned`` tokens (image/video placeholders) are never chosen: one in an answer
-    would make the next prompt's placeholder count disagree with its images. Log-probs stay those of
-    the unrestricted distribution, which a teacher-forced forward pass reproduces.
-    """
-
-    def __init__(self, sampling: SamplingParams, generator: torch.Generator | None, banned: list[int],
-                 row_seeds: list[list[int]] | None = None):
-        self.sampling = sampling
-        self.generator = generator
-        self.banned = banned
-        # Per-row seed material (``SamplingParams.stream_seed``): row i's token at step k is drawn by
-        # inverse-CDF from one uniform of ``default_rng([*row_seeds[i], k])``, so a row's draws do not
-        # depend on the other rows of the batch (batch size, resume point). None: one shared generator.
-        self.row_seeds = row_seeds
-        self.chosen: list[torch.Tensor] = []
-        self.logprobs: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        logits = scores.float()
-        if self.sampling.greedy:
-            logp = torch.log_softmax(logits, dim=-1)
-            chosen = logits.index_fill(-1, self._banned(logits), float("-inf")).argmax(dim=-1)
-        else:
-            logp = torch.log_softmax(logits / self.sampling.temperature, dim=-1)
-            probs = logp.exp().index_fill(-1, self._banned(logits), 0.0)
-            if self.sampling.top_p < 1.0:
-                sorted_p, order = probs.sort(dim=-1, descending=True)
-                drop = (sorted_p.cumsum(dim=-1) - sorted_p) >= self.sampling.top_p  # keeps at least one
-                sorted_p = sorted_p.masked_fill(drop, 0.0)
-                probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
-            if self.row_seeds is not None:
-                k = len(self.chosen)
-                u = torch.tensor([np.random.default_rng([*seed, k]).random() for seed in self.row_seeds],
-                                 dtype=torch.float64, device=probs.device)
-                cdf = probs.double().cumsum(dim=-1)
-                chosen = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(-1)
-                chosen = chosen.clamp_(max=probs.shape[-1] - 1)
-            else:
-                chosen = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
-        self.chosen.append(chosen)
-        self.logprobs.append(logp.gather(-1, chosen[:, None]).squeeze(-1))
-        out = torch.full_like(scores, float("-inf"))
-        return out.scatter_(-1, chosen[:, None], 0.0)
-
-    def _banned(self, logits: torch.Tensor) -> torch.Tensor:
-        return torch.tensor(self.banned, dtype=torch.long, device=logits.device)
-
-
-@dataclass
-class _Prepared:
-    """One conversation ready for the processor: chat-template text and its images in order."""
-
-    text: str
-    images: list[Image.Image]
-
-
-def to_pil(image: Any) -> Image.Image:
-    """An image part's payload (uint8 HxWx3 array or PIL image) as an RGB PIL image."""
-    if isinstance(image, Image.Image):
-        return image.convert("RGB")
-    arr = np.asarray(image)
-    if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
-        raise DataError(f"image part: expected a uint8 HxWx3 array, got dtype {arr.dtype} shape {arr.shape}")
-    return Image.fromarray(arr)
+from spatialrl.models.encode import Rendered, collate, encode_text, extend_inputs, render
+from spatialrl.models.family import banned_token_ids, eos_token_ids, family_of, pad_token_id
+from spatialrl.models.sampling import generate_tokens
 
 
 class HFPolicy:
@@ -135,37 +58,26 @@ class HFPolicy:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
-        mask_cross_attention_rows(self.model)  # Mllama: transformers' cross-attention row-mask bug
+        self.family = model.config.model_type
+        self.adapter = family_of(self.family)
+        self.adapter.prepare_model(self.model)  # Mllama: transformers' cross-attention row-mask bug
         self.processor = processor
         self.tokenizer = processor.tokenizer
         self.tokenizer.padding_side = "left"
-        self.family = model.config.model_type
         self.max_batch_size = max_batch_size
         self.min_new_tokens = min_new_tokens
-        self.fold_system = self.family == "mllama" if fold_system is None else fold_system
-        self.max_pixels = max_pixels
-        if self.family in QWEN_FAMILIES and (min_pixels or max_pixels):
-            ip = processor.image_processor
-            size = dict(ip.size)
-            if min_pixels:
-                size["shortest_edge"] = min_pixels
-            if max_pixels:
-                size["longest_edge"] = max_pixels
-            ip.size = size
-            self.max_pixels = None  # the Qwen processor resizes itself (to multiples of patch * merge)
+        self.fold_system = self.adapter.fold_system if fold_system is None else fold_system
+        # Qwen's processor resizes itself (to multiples of patch * merge); others are downscaled first.
+        self.max_pixels = None if self.adapter.set_pixel_bounds(processor, min_pixels, max_pixels) else max_pixels
         original = model.generation_config
-        eos = original.eos_token_id if original.eos_token_id is not None else self.tokenizer.eos_token_id
-        self.eos_token_ids = set(eos if isinstance(eos, list) else [eos])
-        pad = self.tokenizer.pad_token_id
-        self.pad_token_id = pad if pad is not None else min(self.eos_token_ids)
+        eos = eos_token_ids(model, self.tokenizer)
+        self.eos_token_ids = set(eos)
+        self.pad_token_id = pad_token_id(self.tokenizer, eos)
         # A clean generation config: nothing from the checkpoint's defaults alters the distribution.
         self.model.generation_config = GenerationConfig(
-            eos_token_id=sorted(self.eos_token_ids), pad_token_id=self.pad_token_id,
-            bos_token_id=original.bos_token_id,
+            eos_token_id=eos, pad_token_id=self.pad_token_id, bos_token_id=original.bos_token_id,
         )
-        cfg = model.config
-        placeholders = {getattr(cfg, k, None) for k in ("image_token_id", "video_token_id", "image_token_index")}
-        self.banned_token_ids = sorted(t for t in placeholders if isinstance(t, int) and t not in self.eos_token_ids)
+        self.banned_token_ids = banned_token_ids(model, eos)
         use_cache = vision_cache_mb and VisionCache.supports(self.model, generate=True)
         self.vision_cache = VisionCache(vision_cache_mb) if use_cache else None
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "requests": 0, "oom_splits": 0,
@@ -190,46 +102,14 @@ class HFPolicy:
         return cls(model, load_processor(path), **kwargs)
 
     # ------------------------------------------------------------------ inputs
-    def _prepare(self, conversation: Conversation, add_generation_prompt: bool = True) -> _Prepared:
-        messages, images = [], []
-        system_text = ""
-        for message in conversation:
-            content = message["content"]
-            parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
-            out_parts = []
-            for part in parts:
-                if part.get("type") == "image":
-                    images.append(self._resize(to_pil(part["image"])))
-                    out_parts.append({"type": "image"})
-                elif part.get("type") == "text":
-                    out_parts.append({"type": "text", "text": part["text"]})
-                else:
-                    raise DataError(f"message part: unknown type {part.get('type')!r} (expected 'text' or 'image')")
-            if self.fold_system and message["role"] == "system":
-                system_text += "".join(p["text"] for p in out_parts if p["type"] == "text")
-                continue
-            if system_text and message["role"] == "user":
-                out_parts = [{"type": "text", "text": system_text + "\n\n"}, *out_parts]
-                system_text = ""
-            messages.append({"role": message["role"], "content": out_parts})
-        text = self.processor.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
-        return _Prepared(text=text, images=images)
+    def _prepare(self, conversation: Conversation, add_generation_prompt: bool = True) -> Rendered:
+        return render(self.processor, conversation, add_generation_prompt, self.fold_system, self.max_pixels)
 
-    def _resize(self, image: Image.Image) -> Image.Image:
-        if self.max_pixels and image.width * image.height > self.max_pixels:
-            scale = (self.max_pixels / (image.width * image.height)) ** 0.5
-            size = (max(1, int(image.width * scale)), max(1, int(image.height * scale)))
-            image = image.resize(size, Image.Resampling.BICUBIC)
-        return image
-
-    def _encode_one(self, p: _Prepared) -> dict[str, torch.Tensor]:
+    def _encode_one(self, p: Rendered) -> dict[str, torch.Tensor]:
         """Processor outputs of one conversation (no padding, on the CPU)."""
-        kwargs: dict[str, Any] = dict(text=[p.text], return_tensors="pt", add_special_tokens=False)
-        if p.images:
-            kwargs["images"] = [p.images] if self.family in NESTED_IMAGE_FAMILIES else p.images
-        return dict(self.processor(**kwargs))
+        return encode_text(self.processor, self.adapter, p.text, p.images)
 
-    def _encode(self, prepared: list[_Prepared]) -> Any:
+    def _encode(self, prepared: list[Rendered]) -> Any:
         """Left-padded model inputs of a batch, collated from per-conversation processor outputs."""
         return BatchFeature(collate([self._encode_one(p) for p in prepared], self.pad_token_id)).to(self.device)
 
@@ -239,10 +119,6 @@ class HFPolicy:
             return self._encode_one(self._prepare(conversation))
         except (DataError, ValueError, KeyError, TypeError, IndexError) as e:
             return f"bad conversation: {type(e).__name__}: {e}"
-
-    def chat_text(self, conversation: Conversation, add_generation_prompt: bool = True) -> str:
-        """The chat-template text of one conversation (image placeholders unexpanded)."""
-        return self._prepare(conversation, add_generation_prompt).text
 
     def prompt_inputs(self, conversation: Conversation, add_generation_prompt: bool = True) -> Any:
         """Model inputs (``input_ids``, ``attention_mask``, pixel tensors, ...) of one conversation, unpadded.
@@ -333,31 +209,13 @@ class HFPolicy:
                 generator.manual_seed(sampling.seed)
             else:
                 generator.seed()
-        sampler = TokenSampler(sampling, generator, self.banned_token_ids, row_seeds)
-        prompt_len = inputs["input_ids"].shape[1]
-        out = self.model.generate(
-            **inputs,
-            generation_config=GenerationConfig(
-                max_new_tokens=sampling.max_new_tokens,
-                min_new_tokens=min(self.min_new_tokens, sampling.max_new_tokens) or None,
-                do_sample=False, num_beams=1, repetition_penalty=1.0, use_cache=True,
-                eos_token_id=sorted(self.eos_token_ids), pad_token_id=self.pad_token_id,
-            ),
-            logits_processor=LogitsProcessorList([sampler]),
-        )
-        sequences = out if isinstance(out, torch.Tensor) else out.sequences
-        new = sequences[:, prompt_len:].tolist()
-        logprobs = torch.stack(sampler.logprobs, dim=1).tolist() if sampler.logprobs else [[] for _ in new]
+        answers = generate_tokens(self.model, inputs, sampling, generator, sorted(self.eos_token_ids),
+                                  self.banned_token_ids, self.pad_token_id, row_seeds, self.min_new_tokens)
         prompt_counts = inputs["attention_mask"].sum(dim=1).tolist()
         results = []
-        for row, lps, n_prompt in zip(new, logprobs, prompt_counts, strict=True):
-            ids = row
-            for k, tok in enumerate(row):
-                if tok in self.eos_token_ids:
-                    ids = row[: k + 1]
-                    break
+        for (ids, lps), n_prompt in zip(answers, prompt_counts, strict=True):
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            results.append(Generation(text=text, token_ids=ids, logprobs=lps[: len(ids)],
+            results.append(Generation(text=text, token_ids=ids, logprobs=lps,
                                       prompt_tokens=int(n_prompt), completion_tokens=len(ids)))
             self.usage["prompt_tokens"] += int(n_prompt)
             self.usage["completion_tokens"] += len(ids)
@@ -373,75 +231,3 @@ def _pool() -> ThreadPoolExecutor:
     if _POOL is None:
         _POOL = ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1), thread_name_prefix="hf-preprocess")
     return _POOL
-
-
-# Processor outputs with a token axis (dim 1), left-padded like input_ids.
-TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids", "cross_attention_mask")
-# Processor outputs without a batch axis (Qwen: all images' patches of the batch stacked).
-FLAT_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw")
-
-
-def collate(parts: list[dict[str, torch.Tensor]], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Batch single-conversation processor outputs the way the processors pad a batch.
-
-    Token-axis tensors are left-padded (``input_ids`` with the pad token, the rest with 0); per-sample
-    image tensors (Idefics3/SmolVLM/Mllama ``pixel_values``, masks, aspect ratios) are zero-padded on
-    every later axis (the models drop all-zero padding images/tiles); Qwen's batch-less image tensors
-    are concatenated. A conversation without images gets zeros where others have image tensors.
-    """
-    if len(parts) == 1:
-        return dict(parts[0])
-    flat = "image_grid_thw" in {k for p in parts for k in p}
-    seq = max(p["input_ids"].shape[1] for p in parts)
-    out: dict[str, torch.Tensor] = {}
-    for key in dict.fromkeys(k for p in parts for k in p):
-        values = [p.get(key) for p in parts]
-        present = [v for v in values if v is not None]
-        if flat and key in FLAT_KEYS:
-            out[key] = torch.cat(present, dim=0)
-            continue
-        shape = [max(v.shape[d] for v in present) for d in range(present[0].dim())]
-        if key in TOKEN_KEYS:
-            shape[1] = seq
-        rows = []
-        for v, p in zip(values, parts, strict=True):
-            if v is None:
-                v = torch.zeros([1, *shape[1:]], dtype=present[0].dtype)
-                if key in TOKEN_KEYS:
-                    v = v[:, : p["input_ids"].shape[1]]
-            pads: list[int] = []
-            for d in range(v.dim() - 1, 0, -1):  # F.pad takes (last dim first) (left, right) pairs
-                missing = shape[d] - v.shape[d]
-                pads += [missing, 0] if (d == 1 and key in TOKEN_KEYS) else [0, missing]
-            if any(pads):
-                fill = pad_token_id if key == "input_ids" else 0
-                padded = torch.nn.functional.pad(v.to(torch.uint8) if v.dtype == torch.bool else v, pads, value=fill)
-                v = padded.to(v.dtype)
-            rows.append(v)
-        out[key] = torch.cat(rows, dim=0)
-    if "aspect_ratio_mask" in out:  # Mllama marks tile 0 of every image slot, padding slots included
-        out["aspect_ratio_mask"][:, :, 0] = 1
-    return out
-
-
-def extend_inputs(inputs: Any, token_ids: list[int]) -> dict[str, Any]:
-    """Append answer tokens to single-conversation model inputs (for teacher forcing).
-
-    ``input_ids`` gets the tokens, ``attention_mask`` ones; other per-token tensors
-    (``mm_token_type_ids``, Mllama's ``cross_attention_mask``) repeat their last position, which is
-    what a text token after the prompt carries.
-    """
-    n = len(token_ids)
-    out = dict(inputs)
-    ids = inputs["input_ids"]
-    seq = ids.shape[1]
-    extra = torch.tensor([token_ids], dtype=ids.dtype, device=ids.device)
-    for key, value in inputs.items():
-        if key == "input_ids":
-            out[key] = torch.cat([ids, extra], dim=1)
-        elif key == "attention_mask":
-            out[key] = torch.cat([value, torch.ones_like(extra, dtype=value.dtype)], dim=1)
-        elif isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[:2] == (1, seq):
-            tail = value[:, -1:].expand(1, n, *value.shape[2:])
-            out[key] = torch.cat([value, tail], dim=1)
-    return out

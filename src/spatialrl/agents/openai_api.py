@@ -45,7 +45,7 @@ RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 def image_data_url(image: Any, fmt: str = "png", quality: int = 90) -> str:
     """An image part's payload (uint8 HxWx3 array or PIL image) as a ``data:image/...;base64,`` URL."""
-    from spatialrl.agents.hf import to_pil
+    from spatialrl.models.encode import to_pil
 
     buf = io.BytesIO()
     pil = to_pil(image)

@@ -38,15 +38,17 @@ from typing import Any
 
 import torch
 
-QWEN_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
-SUPPORTED_FAMILIES = (*QWEN_FAMILIES, "mllama")
-# Module names of vision towers and their projectors across families (train/common.py's freeze_vision
-# uses the same list): the modules whose weights make the image features.
-VISION_MODULE_NAMES = ("visual", "vision_tower", "vision_model", "vision_encoder", "multi_modal_projector", "connector")
+# Which families the cache serves, and how, is the family adapter's ``vision_features``
+# (``models/family.py``); the names below stay importable from here (train/common.py, tests).
+from spatialrl.models.family import FAMILIES, QWEN_FAMILIES, VISION_MODULE_NAMES, model_family
+
+SUPPORTED_FAMILIES = tuple(name for name, f in FAMILIES.items() if f.vision_features)
+__all__ = ["QWEN_FAMILIES", "SUPPORTED_FAMILIES", "VISION_MODULE_NAMES", "VisionCache"]
 
 
 def _family(model: Any) -> str | None:
-    return getattr(getattr(model, "config", None), "model_type", None)
+    """How cached features reach the model: ``"qwen"``, ``"mllama"`` or None (not supported)."""
+    return model_family(model).vision_features
 
 
 def _towers(model: Any) -> list[torch.nn.Module]:
@@ -111,7 +113,7 @@ class VisionCache:
     def supports(model: Any, generate: bool = False) -> bool:
         """Whether ``prepare`` can serve this model (for ``generate`` calls: Qwen families only)."""
         family = _family(model)
-        if family in QWEN_FAMILIES:
+        if family == "qwen":
             return _accepts(model, "mm_encoder_outputs") and bool(_towers(model))
         if family == "mllama" and not generate:
             return _accepts(model, "cross_attention_states") and bool(_towers(model))

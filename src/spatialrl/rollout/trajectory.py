@@ -33,6 +33,8 @@ import torch
 
 from spatialrl.agents.base import Conversation
 from spatialrl.errors import DataError
+from spatialrl.models.encode import encode_text, prepare_messages, render_messages
+from spatialrl.models.family import family_of, pad_token_id
 
 # Processor outputs that are not image tensors: the token stream itself and the per-token extras.
 _TOKEN_KEYS = ("input_ids", "attention_mask")
@@ -161,48 +163,30 @@ def _assistant_text(message: dict[str, Any]) -> str:
 class TurnTokenizer:
     """Builds and extends :class:`Segment` records with one processor (any supported family).
 
-    Rendering uses :func:`spatialrl.train.chat_tokens.prepare_messages` (the same image conversion and
-    system folding as ``HFPolicy``), ``add_special_tokens=False`` everywhere.
+    Rendering and encoding are the model-I/O layer's (``models/encode.py``: the same image conversion,
+    system folding and processor call as ``HFPolicy``), ``add_special_tokens=False`` everywhere.
     """
 
     def __init__(self, processor: Any, model_type: str, fold_system: bool | None = None):
-        from spatialrl.agents.hf import NESTED_IMAGE_FAMILIES
-        from spatialrl.train.chat_tokens import default_fold_system
-
         self.processor = processor
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.model_type = model_type
-        self.nested_images = model_type in NESTED_IMAGE_FAMILIES
-        self.fold_system = default_fold_system(processor, model_type) if fold_system is None else fold_system
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        self.bos_token = getattr(self.tokenizer, "bos_token", None)
+        self.family = family_of(model_type, processor)
+        self.nested_images = self.family.nested_images
+        self.fold_system = self.family.fold_system if fold_system is None else fold_system
+        self.pad_id = pad_token_id(self.tokenizer, [getattr(self.tokenizer, "eos_token_id", None)])
         self.image_token_id = getattr(processor, "image_token_id", None)
 
     # -- rendering
     def render(self, conversation: Conversation, add_generation_prompt: bool) -> tuple[str, list[Any]]:
         """Chat-template text (image placeholders unexpanded) and the conversation's PIL images."""
-        from spatialrl.train.chat_tokens import prepare_messages
-
         messages, images = prepare_messages(conversation, self.fold_system)
-        text = self.processor.apply_chat_template(
-            messages, add_generation_prompt=add_generation_prompt, tokenize=False
-        )
-        return text, images
+        return render_messages(self.processor, messages, add_generation_prompt), images
 
-    def encode(self, text: str, images: list[Any]) -> dict[str, torch.Tensor]:
-        """Processor output for one text piece (batch of 1), images expanded, no added specials."""
-        kwargs: dict[str, Any] = dict(text=[text], return_tensors="pt", add_special_tokens=False)
-        if images:
-            kwargs["images"] = [images] if self.nested_images else images
-        out = {k: v for k, v in dict(self.processor(**kwargs)).items() if isinstance(v, torch.Tensor)}
-        ids = out["input_ids"]
-        bos_id = self.tokenizer.bos_token_id
-        # Mllama's processor inserts <|begin_of_text|> into any text lacking it (build_string_from_input);
-        # an increment in the middle of a stream must not carry one.
-        if self.bos_token and bos_id is not None and self.bos_token not in text and ids.shape[1] and ids[0, 0] == bos_id:
-            seq = ids.shape[1]
-            out = {k: (v[:, 1:] if v.dim() >= 2 and v.shape[:2] == (1, seq) else v) for k, v in out.items()}
-        return out
+    def encode(self, text: str, images: list[Any], continuation: bool = True) -> dict[str, torch.Tensor]:
+        """Processor output for one text piece (batch of 1), images expanded, no added specials; a BOS
+        the processor inserted into a ``continuation`` is dropped (``models.encode.encode_text``)."""
+        return encode_text(self.processor, self.family, text, images, continuation=continuation)
 
     def _append(self, seg: Segment, enc: dict[str, torch.Tensor], prompt: bool) -> None:
         ids = enc["input_ids"][0].tolist()
@@ -233,7 +217,7 @@ class TurnTokenizer:
         """A new segment: the tokenised prompt of ``conversation`` with the generation prompt."""
         text, images = self.render(conversation, add_generation_prompt=True)
         seg = Segment(prompt_ids=[], messages=list(conversation))
-        self._append(seg, self.encode(text, images), prompt=True)
+        self._append(seg, self.encode(text, images, continuation=False), prompt=True)
         return seg
 
     def add_policy(self, seg: Segment, token_ids: list[int], logprobs: list[float], turn: int) -> None:
@@ -250,8 +234,6 @@ class TurnTokenizer:
     def extend(self, seg: Segment, generated_ids: list[int], conversation: Conversation) -> bool:
         """Append the env's answer as the template increment; False when ``conversation`` does not
         extend the segment's conversation (the caller then starts a new segment)."""
-        from spatialrl.train.chat_tokens import prepare_messages
-
         if not extends(seg.messages, conversation):
             return False
         n = len(seg.messages)

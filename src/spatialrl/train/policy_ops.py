@@ -2,10 +2,11 @@
 
 Sampling continues each :class:`~spatialrl.rollout.trajectory.Segment` from its own token ids (left
 padded into one ``generate`` call), so the trainer later scores exactly the stream the policy read.
-Token choice reuses ``HFPolicy``'s logits processor (``agents/hf.py``): temperature/top-p sampling from
-a seeded ``torch.Generator`` (saved in checkpoints, so a resumed run samples the same tokens), image
-placeholder tokens banned, and the log-prob of each chosen token recorded from the unrestricted
-``logits / temperature`` — the quantity :func:`score_tokens` recomputes with gradients.
+Decoding is ``HFPolicy``'s own (``models/sampling.py``'s ``generate_tokens``): temperature/top-p
+sampling from a seeded ``torch.Generator`` (saved in checkpoints, so a resumed run samples the same
+tokens), image placeholder tokens banned (``models/family.py``), and the log-prob of each chosen token
+recorded from the unrestricted ``logits / temperature`` — the quantity :func:`score_tokens` recomputes
+with gradients.
 
 Scoring runs one forward pass over right-padded segments and returns, per token, ``log π(token | prefix)``
 (logits divided by the sampling temperature), optionally the entropy, and the final hidden state at
@@ -22,24 +23,11 @@ import torch
 
 from spatialrl.agents.base import SamplingParams
 from spatialrl.agents.vision_cache import VisionCache
+from spatialrl.models.family import banned_token_ids, eos_token_ids
+from spatialrl.models.sampling import generate_tokens
 from spatialrl.rollout.trajectory import Segment, TurnTokenizer
 
 STATIC_WIDTH_STEP = 256  # kv_cache="static": prompts are left-padded to a multiple of this many tokens
-
-
-def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    """End-of-turn ids: the model's generation config, else the tokenizer's eos."""
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    return sorted(set(eos if isinstance(eos, list) else [eos]))
-
-
-def banned_token_ids(model: Any, eos_ids: list[int]) -> list[int]:
-    """Image/video placeholder ids: one sampled into an answer breaks the next prompt's image count."""
-    cfg = model.config
-    ids = {getattr(cfg, k, None) for k in ("image_token_id", "video_token_id", "image_token_index")}
-    return sorted(t for t in ids if isinstance(t, int) and t not in eos_ids)
 
 
 def collate_inputs(turns: TurnTokenizer, views: list[tuple[Segment, int]], padding_side: str, device: Any,
@@ -77,15 +65,12 @@ def sample_segments(
     ``max_batch_size`` rows, or without one to the next power of two (copies of its last segment, whose
     answers are dropped — they still draw from ``generator``), and left-padded to a multiple of
     :data:`STATIC_WIDTH_STEP` tokens."""
-    from transformers import GenerationConfig, LogitsProcessorList
-
-    from spatialrl.agents.hf import TokenSampler  # the exact token-choice rule of the eval policy
-
     if not segments:
         return []
     step = max_batch_size or len(segments)
     device = next(model.parameters()).device
     eos = eos_token_ids(model, turns.tokenizer)
+    banned = banned_token_ids(model, eos)
     out: list[tuple[list[int], list[float]]] = []
     if kv_cache not in ("dynamic", "static"):
         raise ValueError(f"kv_cache must be 'dynamic' or 'static', not {kv_cache!r}")
@@ -99,26 +84,8 @@ def sample_segments(
         width = -(-longest // STATIC_WIDTH_STEP) * STATIC_WIDTH_STEP if static else None
         inputs = collate_inputs(turns, [(s, len(s)) for s in rows], "left", device, (vision_cache, model),
                                 generate=True, width=width)
-        sampler = TokenSampler(sampling, generator, banned_token_ids(model, eos))
-        width = inputs["input_ids"].shape[1]
-        result = model.generate(
-            **inputs,
-            generation_config=GenerationConfig(
-                max_new_tokens=sampling.max_new_tokens, do_sample=False, num_beams=1, repetition_penalty=1.0,
-                use_cache=True, eos_token_id=eos, pad_token_id=turns.pad_id, **cache_kwargs,
-            ),
-            logits_processor=LogitsProcessorList([sampler]),
-        )
-        sequences = result if isinstance(result, torch.Tensor) else result.sequences
-        new = sequences[: len(chunk), width:].tolist()
-        logprobs = torch.stack(sampler.logprobs, dim=1)[: len(chunk)].tolist() if sampler.logprobs else [[] for _ in new]
-        for row, lps in zip(new, logprobs, strict=True):
-            ids = row
-            for k, tok in enumerate(row):
-                if tok in eos:
-                    ids = row[: k + 1]
-                    break
-            out.append((ids, [float(x) for x in lps[: len(ids)]]))
+        out += generate_tokens(model, inputs, sampling, generator, eos, banned, turns.pad_id,
+                               keep_rows=len(chunk), **cache_kwargs)
     return out
 
 
