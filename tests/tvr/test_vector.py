@@ -167,3 +167,21 @@ def test_errors(bench_dir):
         TVRVectorEnv(2, bench=bench_dir, autoreset_mode="Sometimes", **KW)
     with pytest.raises(RuntimeError, match="never reset"):
         TVRVectorEnv(2, bench=bench_dir, **KW).step(["Action: Stop"] * 2)
+
+
+def test_returned_frames_are_never_overwritten(bench_dir):
+    """copy=True: observations and target images handed out stay as they were (copy on write)."""
+    vec = TVRVectorEnv(N, bench=bench_dir, **KW)
+    obs, infos = vec.reset(seed=1)
+    kept = [(obs, obs.copy()), (infos["target_image"], infos["target_image"].copy())]
+    for _ in range(4):  # Stop ends every episode; the next step resets them all (new targets)
+        obs, _, _, _, infos = vec.step(["Action: Stop"] * N)
+        kept += [(obs, obs.copy()), (infos["target_image"], infos["target_image"].copy())]
+    assert not obs.flags.writeable and not infos["target_image"].flags.writeable
+    assert not np.array_equal(kept[1][1], kept[-1][1])  # the targets did change
+    for returned, snapshot in kept:
+        assert np.array_equal(returned, snapshot)
+    own = TVRVectorEnv(N, bench=bench_dir, copy=False, **KW)
+    first, _ = own.reset(seed=1)
+    again, _, _, _, _ = own.step(["Action: RotateLeft"] * N)
+    assert again is first  # copy=False: the env's own buffer, overwritten in place

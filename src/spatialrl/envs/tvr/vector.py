@@ -23,8 +23,13 @@ Reset options: the single env's (``task``, ``task_id``: every reset env gets the
 Rendering: each step collects the frames it needs (current views, and at resets the start and target
 views) and renders the cache misses in one ``Renderer.render_batch`` call over all their scenes, straight
 into the observation buffer (``RenderService.render_into``; see ``docs/rendering.md``). The frame cache is
-the process-wide one of ``TVREnv`` (``cache_mb``; 0 = off). ``copy=False`` returns the env's own
-observation and target buffers (overwritten by the next call) instead of fresh copies.
+the process-wide one of ``TVREnv`` (``cache_mb``; 0 = off).
+
+Buffers: with ``copy=True`` (default) every call returns arrays the env never writes again — a new
+observation array rendered into directly, and a target-image array replaced (copy on write) only when
+some env reset — marked read-only like ``TVREnv``'s frames, so no frame is copied just to hand it out
+(a 640x360 copy of 64 frames costs more than 10% of a step). ``copy=False`` returns the env's own
+buffers, overwritten in place by the next call.
 """
 
 from __future__ import annotations
@@ -98,13 +103,14 @@ class TVRVectorEnv(VectorEnv):
         elif not (isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and mask.shape == (n,) and mask.any()):
             raise ValueError(f"options['reset_mask'] must be a bool numpy array of shape ({n},) with a True entry")
         per_env = self._per_env_options(options)
+        self._fresh_obs(keep=not mask.all())
         requests: list[Request] = []
         infos: list[tuple[int, dict[str, Any]]] = []
         for i in np.flatnonzero(mask):
             infos.append((int(i), self._reset_one(int(i), seeds[i], per_env[i], requests)))
         self._autoreset[mask] = False
         self.renderer.render_into(requests)
-        return self._out(self._obs), self._merge(infos, mask)
+        return self._out_obs(), self._merge(infos, mask)
 
     def step(self, actions: Sequence[str]):
         actions = list(actions)
@@ -114,6 +120,7 @@ class TVRVectorEnv(VectorEnv):
         rewards = np.zeros(n, np.float64)
         terminated = np.zeros(n, np.bool_)
         truncated = np.zeros(n, np.bool_)
+        self._fresh_obs(keep=False)
         requests: list[Request] = []
         infos: list[tuple[int, dict[str, Any]]] = []
         finals: list[tuple[int, np.ndarray, dict[str, Any]]] = []
@@ -137,7 +144,7 @@ class TVRVectorEnv(VectorEnv):
             infos.append((i, info))
         self._autoreset = terminated | truncated
         self.renderer.render_into(requests)
-        return (self._out(self._obs), rewards, terminated, truncated,
+        return (self._out_obs(), rewards, terminated, truncated,
                 self._merge(infos, np.ones(n, np.bool_), finals))
 
     def close_extras(self, **kwargs: Any) -> None:
@@ -169,12 +176,21 @@ class TVRVectorEnv(VectorEnv):
         ep = self.episodes[i] = Episode(task, max_steps=self.budgets[task["dataset"]], distance=self.distance,
                                         reward=self.reward_cfg, tie_break=self.expert_tie_break)
         current, target = self._labels
+        if self.copy and not self._targets.flags.writeable:  # copy on write: returned arrays never change
+            self._targets = self._targets.copy()
         requests.append((ep.scene_id, ep.target, target, self._targets[i]))
         requests.append((ep.scene_id, ep.start, current, self._obs[i]))
         return ep.info(None, None)
 
-    def _out(self, buf: np.ndarray) -> np.ndarray:
-        return buf.copy() if self.copy else buf
+    def _fresh_obs(self, keep: bool) -> None:
+        """With ``copy``: a new observation buffer for this call (``keep``: with the last frames in it)."""
+        if self.copy:
+            self._obs = self._obs.copy() if keep else np.empty_like(self._obs)
+
+    def _out_obs(self) -> np.ndarray:
+        if self.copy:
+            self._obs.setflags(write=False)
+        return self._obs
 
     def _merge(self, infos: list[tuple[int, dict[str, Any]]], contributed: np.ndarray,
                finals: Sequence[tuple[int, np.ndarray, dict[str, Any]]] = ()) -> dict[str, Any]:
@@ -187,7 +203,9 @@ class TVRVectorEnv(VectorEnv):
                 merged = self._add_info(merged, {"final_obs": obs, "final_info": final_info}, i)
             merged = self._add_info(merged, info, i)
         if contributed.all():
-            merged["target_image"] = self._out(self._targets)
+            if self.copy:
+                self._targets.setflags(write=False)
+            merged["target_image"] = self._targets
         else:
             targets = np.zeros_like(self._targets)
             targets[contributed] = self._targets[contributed]

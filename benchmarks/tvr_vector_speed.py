@@ -1,0 +1,131 @@
+"""TVR vector env speed: one ``TVREnv`` vs ``TVRVectorEnv`` of N envs, side by side in one run (issue 21).
+
+    python benchmarks/tvr_vector_speed.py [--sizes 640x360 280x168] [--num-envs 1 4 16 64] [--steps 400]
+
+Cache off (``cache_mb=0``: every observation rendered), random valid non-Stop answers, so episodes end by
+budget and resets (start + target frame) are part of the rate, as in ``tvr_env_speed.py``. The vector env
+autoresets (next step) and draws its tasks from the pool; the single env cycles through the same pool.
+``steps_per_s`` counts env steps (a vector step of N envs is N steps). Beside wall-clock rates the rows
+hold CPU ms per step (all threads of this process, llvmpipe's included) and the 1-minute load average,
+because the 2-core VM is shared with other jobs.
+
+Writes ``benchmarks/results/tvr_vector_speed-<machine>.json``: rows ``{device, width, height, num_envs,
+steps_per_s, env, cpu_ms_per_step, load_1m}``, machine, date, commit, and the host memory of the vector
+env's frame buffers per 1,000 envs (on a GPU machine the GL framebuffers add ``MAX_BATCH_PIXELS`` worth).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from common import git_commit, machine  # noqa: E402  (benchmarks/ is on sys.path)
+
+from spatialrl.envs.tvr.bench import BenchConfig, make_bench
+from spatialrl.envs.tvr.env import TVREnv
+from spatialrl.envs.tvr.tasks import Bench
+from spatialrl.envs.tvr.vector import TVRVectorEnv
+
+
+def single_rate(bench_dir: Path, w: int, h: int, ids: list[str], n_steps: int, seed: int) -> tuple[float, float]:
+    """(steps/s, CPU ms/step) of one TVREnv, cache off, after a warm-up pass over every task."""
+    env = TVREnv(bench=bench_dir, split="eval", width=w, height=h, cache_mb=0)
+    for tid in ids:  # upload every scene, compile shaders
+        env.reset(options={"task_id": tid})
+    rng = np.random.default_rng(seed)
+    k = 0
+    obs, info = env.reset(options={"task_id": ids[0]})
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(n_steps):
+        valid = info["valid_actions"][:-1]
+        obs, reward, term, trunc, info = env.step("Action: " + valid[int(rng.integers(len(valid)))])
+        if term or trunc:
+            k += 1
+            obs, info = env.reset(options={"task_id": ids[k % len(ids)]})
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    env.close()
+    return n_steps / wall, 1000 * cpu / n_steps
+
+
+def vector_rate(bench_dir: Path, w: int, h: int, n: int, n_steps: int, seed: int) -> tuple[float, float]:
+    """(env steps/s, CPU ms/env step) of a TVRVectorEnv of ``n`` envs, cache off, after a warm-up."""
+    env = TVRVectorEnv(n, bench=bench_dir, split="eval", width=w, height=h, cache_mb=0)
+    rng = np.random.default_rng(seed)
+    obs, infos = env.reset(seed=seed)
+
+    def actions() -> list[str]:
+        return ["Action: " + v[int(rng.integers(len(v) - 1))] for v in infos["valid_actions"]]
+
+    for _ in range(3):  # warm-up: framebuffers for the batch, every scene uploaded
+        obs, rew, term, trunc, infos = env.step(actions())
+    vec_steps = max(4, math.ceil(n_steps / n))
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(vec_steps):
+        obs, rew, term, trunc, infos = env.step(actions())
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    env.close()
+    return vec_steps * n / wall, 1000 * cpu / (vec_steps * n)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", nargs="+", default=["640x360", "280x168"], help="image sizes WxH")
+    ap.add_argument("--num-envs", type=int, nargs="+", default=[1, 4, 16, 64], help="vector env sizes N")
+    ap.add_argument("--steps", type=int, default=400, help="env steps measured per row (at least 4 vector steps)")
+    ap.add_argument("--scenes", type=int, default=4, help="eval scenes per family (single- and multi-room)")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results"), help="results folder")
+    args = ap.parse_args()
+    sizes = [tuple(int(v) for v in s.lower().split("x")) for s in args.sizes]
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        bench_dir = Path(tmp) / "bench"
+        n_tasks = 8 * args.scenes
+        cfg = BenchConfig.preset(seed=0, sizes={"eval": n_tasks, "sft": 0, "rl": 0, "diag_rotate": 0, "diag_move": 0},
+                                 scenes={"eval": args.scenes, "sft": 0, "rl": 0})
+        t0 = time.perf_counter()
+        make_bench(bench_dir, cfg, progress=False)
+        print(f"bench: {n_tasks} eval tasks over {2 * args.scenes} houses in {time.perf_counter() - t0:.0f} s",
+              flush=True)
+        ids = [t["task_id"] for t in Bench(bench_dir).tasks("eval")]
+        from spatialrl.envs.tvr.scenes import render_service
+
+        device = render_service(*sizes[0], cache_mb=0).backend.renderer.device_name
+
+        def add(env: str, w: int, h: int, n: int, rate: float, cpu_ms: float) -> None:
+            row = {"device": device, "width": w, "height": h, "num_envs": n, "steps_per_s": rate, "env": env,
+                   "cpu_ms_per_step": cpu_ms, "load_1m": os.getloadavg()[0]}
+            rows.append(row)
+            print(f"  {w}x{h} {env:<6} N={n:<4} {rate:8.1f} steps/s  {cpu_ms:6.2f} CPU ms/step  "
+                  f"load {row['load_1m']:.1f}", flush=True)
+
+        for w, h in sizes:
+            add("single", w, h, 1, *single_rate(bench_dir, w, h, ids, args.steps, seed=1))
+            for n in args.num_envs:
+                add("vector", w, h, n, *vector_rate(bench_dir, w, h, n, args.steps, seed=2))
+    result = {
+        "benchmark": "tvr_vector_speed",
+        "machine": machine(),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "git_commit": git_commit(),
+        "device": device,
+        "cache": "off",
+        "bench": {"eval_tasks": len(ids), "houses": 2 * args.scenes},
+        "vector_buffers_mb_per_1000_envs": {f"{w}x{h}": 2 * w * h * 3 * 1000 / 2**20 for w, h in sizes},
+        "rows": rows,
+    }
+    out = Path(args.out) / f"tvr_vector_speed-{platform.node() or 'machine'}.json"
+    from spatialrl.io import atomic_write_json
+
+    atomic_write_json(out, result)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
