@@ -185,3 +185,26 @@ def test_returned_frames_are_never_overwritten(bench_dir):
     first, _ = own.reset(seed=1)
     again, _, _, _, _ = own.step(["Action: RotateLeft"] * N)
     assert again is first  # copy=False: the env's own buffer, overwritten in place
+
+
+def test_disabled_mode_skips_envs_with_none_actions(bench_dir):
+    """DISABLED mode: None leaves an env untouched; the stepped envs equal single envs."""
+    tasks = [t["task_id"] for t in Bench(bench_dir).tasks("eval")]
+    ids = [tasks[i % len(tasks)] for i in range(N)]
+    vec = TVRVectorEnv(N, bench=bench_dir, autoreset_mode="Disabled", **KW)
+    singles = [TVREnv(bench=bench_dir, **KW) for _ in range(N)]
+    obs, _ = vec.reset(options={"task_ids": ids})
+    last = [s.reset(options={"task_id": tid})[0] for s, tid in zip(singles, ids, strict=True)]
+    for t in range(3):
+        actions = [None if (i + t) % 3 == 0 else "Action: RotateRight" for i in range(N)]
+        obs, rew, term, trunc, infos = vec.step(actions)
+        for i, a in enumerate(actions):
+            if a is None:
+                assert rew[i] == 0 and not term[i] and not trunc[i] and not infos["_step"][i]
+            else:
+                last[i], r, te, tr, info = singles[i].step(a)
+                assert rew[i] == r and infos["step"][i] == info["step"] and infos["_step"][i]
+                assert infos["record"]["pose"][i] == info["record"]["pose"]
+            assert np.array_equal(obs[i], last[i])
+    with pytest.raises(ValueError, match="Disabled"):
+        TVRVectorEnv(N, bench=bench_dir, **KW).step([None] * N)

@@ -10,7 +10,9 @@ such as ``record`` and ``episode`` nest the same way), exactly what ``SyncVector
   reward 0, not terminated/truncated, the reset observation and info);
 * ``SAME_STEP``: the env resets in the step that ended it; ``infos["final_obs"]`` (object array) and
   ``infos["final_info"]`` hold the last observation and info;
-* ``DISABLED``: reset envs yourself with ``reset(options={"reset_mask": mask})``.
+* ``DISABLED``: reset envs yourself with ``reset(options={"reset_mask": mask})``. Here (an extension of
+  the API, for runners whose slots start and end episodes at different times) an action ``None`` leaves
+  that env as it is: no step, its last observation kept, reward 0, not terminated/truncated, no info.
 
 Semantics are ``TVREnv``'s, from the same code (``episode.py``): task pool and selection, lattice, move
 rules, budgets, rewards, success, oracle, records and summaries. Env ``i`` draws its tasks with its own
@@ -120,12 +122,17 @@ class TVRVectorEnv(VectorEnv):
         rewards = np.zeros(n, np.float64)
         terminated = np.zeros(n, np.bool_)
         truncated = np.zeros(n, np.bool_)
-        self._fresh_obs(keep=False)
+        skip = np.array([a is None for a in actions], np.bool_)
+        if skip.any() and self.autoreset_mode != AutoresetMode.DISABLED:
+            raise ValueError("TVRVectorEnv.step: a None action (skip this env) needs autoreset_mode='Disabled'")
+        self._fresh_obs(keep=bool(skip.any()))
         requests: list[Request] = []
         infos: list[tuple[int, dict[str, Any]]] = []
         finals: list[tuple[int, np.ndarray, dict[str, Any]]] = []
         current = self._labels[0]
         for i, action in enumerate(actions):
+            if action is None:
+                continue
             if self.autoreset_mode == AutoresetMode.NEXT_STEP and self._autoreset[i]:
                 infos.append((i, self._reset_one(i, None, {}, requests)))
                 continue
@@ -144,8 +151,7 @@ class TVRVectorEnv(VectorEnv):
             infos.append((i, info))
         self._autoreset = terminated | truncated
         self.renderer.render_into(requests)
-        return (self._out_obs(), rewards, terminated, truncated,
-                self._merge(infos, np.ones(n, np.bool_), finals))
+        return (self._out_obs(), rewards, terminated, truncated, self._merge(infos, ~skip, finals))
 
     def close_extras(self, **kwargs: Any) -> None:
         self.episodes = [None] * self.num_envs
