@@ -13,9 +13,10 @@ from spatialrl.agents.base import images_of, text_of
 from spatialrl.cli import app
 from spatialrl.envs.registry import get_suite
 from spatialrl.envs.tvr.env import parse_action
+from spatialrl.envs.tvr.thoughts import tvr_pose_difference
 from spatialrl.errors import DataError
 from spatialrl.rollout.runner import run_episodes
-from spatialrl.train.cot import thought_function, tvr_pose_difference
+from spatialrl.train.cot import thought_function
 from spatialrl.train.data import CoTExpertPolicy, SFTDataset, build_sft_dataset, select_episodes
 
 from .conftest import gp_options, tvr_options, virl_options

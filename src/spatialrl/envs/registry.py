@@ -25,6 +25,9 @@ import gymnasium as gym
 from spatialrl.conversation import Conversation
 from spatialrl.errors import SpatialRLError
 
+# (task options, the env's info at this step, the expert's answer) -> the thought before the answer.
+ThoughtFn = Callable[[dict[str, Any], dict[str, Any], str], str]
+
 
 @dataclass(frozen=True)
 class EpisodeSpec:
@@ -72,6 +75,9 @@ class TaskSuite:
     default_options: dict[str, Any] = field(default_factory=dict)
     # True when separate env instances may step concurrently in threads (no shared GL context etc.).
     thread_safe_envs: bool = False
+    # Optional reasoning template for CoT SFT data: (options, info, expert answer) -> a first-person thought
+    # that leads to the answer (never containing the answer syntax itself); see ``envs/<task>/thoughts.py``.
+    thought: ThoughtFn | None = None
 
 
 _SUITES: dict[str, TaskSuite] = {}

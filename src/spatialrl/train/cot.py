@@ -1,162 +1,23 @@
-"""Template reasoning for CoT SFT data: what differs between where the agent is and where it must be.
+"""Template reasoning for CoT SFT data: each task suite provides its own (``TaskSuite.thought``).
 
-Each task's template turns the env's ground truth at the current step into a short first-person
-thought that ends in the expert's answer; :func:`spatialrl.train.data.cot_response` wraps it as
-``<think>{thought}</think>\\n{answer}``. The thoughts never contain the answer syntax itself
-(``Action:`` for TVR, ``"action": "`` for V-IRL), so each env's parser still reads the answer after
-the think block.
-
-* **TVR** — from the pose difference between the current and the target viewpoint, expressed in the
-  agent's frame (metres ahead/right, degrees of turn and tilt), then why the oracle's action helps.
-* **V-IRL** — from the oracle observation and the current route instruction (what the SFTvsRL expert
-  JSON states), then why the ground-truth action follows from them.
-* **GeneralPoints** — from the dealt cards: their values, then the equation that reaches the target.
-
-``thought_function(task)`` returns the template; tasks are looked up in a registry that a new task
-extends with :func:`register_thought` (no dispatch on task names elsewhere).
+A task's template turns the env's ground truth at the current step into a short first-person thought
+that ends in the expert's answer; :func:`spatialrl.train.data.cot_response` wraps it as
+``<think>{thought}</think>\\n{answer}``. The templates live with their tasks (``envs/<task>/thoughts.py``:
+TVR from the pose difference to the target view, V-IRL from the oracle observation and instruction,
+GeneralPoints from the cards); this module only looks them up, so training code never names a task.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from functools import lru_cache
-from typing import Any
-
+from spatialrl.envs.registry import get_suite, task_names
 from spatialrl.errors import DataError
 from spatialrl.train.data import ThoughtFn
 
-_THOUGHTS: dict[str, ThoughtFn] = {}
-
-
-def register_thought(task: str, fn: ThoughtFn) -> ThoughtFn:
-    _THOUGHTS[task] = fn
-    return fn
-
 
 def thought_function(task: str) -> ThoughtFn:
-    if task not in _THOUGHTS:
-        raise DataError(f"--cot: no reasoning template for task {task!r}; available: {', '.join(sorted(_THOUGHTS))}")
-    return _THOUGHTS[task]
-
-
-# ----------------------------------------------------------------------------------------------- TVR
-@lru_cache(maxsize=8)
-def _bench(path: str) -> Any:
-    from spatialrl.envs.tvr.tasks import Bench
-
-    return Bench(path)
-
-
-def _tvr_target(options: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
-    """The target viewpoint record: from ``info`` when the env reports it, else from the bench by task id."""
-    if "target_pose" in info:
-        return info["target_pose"]
-    bench = options.get("data") or options.get("bench")
-    if not bench:
-        raise DataError("TVR CoT needs the target pose: the env info has no 'target_pose' and no bench folder "
-                        "(--data) was given to look the task up")
-    return _bench(str(bench)).task(info["task_id"])["target"]
-
-
-def _metres(v: float) -> str:
-    return f"{abs(v):.2f} m"
-
-
-def tvr_pose_difference(current: dict[str, Any], target: dict[str, Any]) -> dict[str, float]:
-    """Target minus current in the agent's frame: metres ahead / to the right, degrees of clockwise turn
-    (yaw, AI2-THOR: 0 = +z, 90 = +x) and of downward tilt (horizon, + = down)."""
-    yaw = math.radians(current["rotation_y"])
-    dx = target["position"]["x"] - current["position"]["x"]
-    dz = target["position"]["z"] - current["position"]["z"]
-    ahead = dx * math.sin(yaw) + dz * math.cos(yaw)
-    right = dx * math.cos(yaw) - dz * math.sin(yaw)
-    turn = (target["rotation_y"] - current["rotation_y"] + 180.0) % 360.0 - 180.0
-    tilt = target["horizon"] - current["horizon"]
-    return {"ahead": round(ahead, 3), "right": round(right, 3), "turn": round(turn, 1), "tilt": round(tilt, 1)}
-
-
-_TVR_REASON = {
-    "MoveAhead": "Stepping forward is the first move of the shortest way there.",
-    "MoveBack": "Stepping back is the first move of the shortest way there.",
-    "MoveLeft": "Stepping left is the first move of the shortest way there.",
-    "MoveRight": "Stepping right is the first move of the shortest way there.",
-    "RotateRight": "Turning right is the first move of the shortest way there.",
-    "RotateLeft": "Turning left is the first move of the shortest way there.",
-    "LookUp": "Tilting the camera up is the first move of the shortest way there.",
-    "LookDown": "Tilting the camera down is the first move of the shortest way there.",
-    "Stop": "My view matches the target view, so I am done.",
-}
-
-
-def tvr_thought(options: dict[str, Any], info: dict[str, Any], answer: str) -> str:
-    d = tvr_pose_difference(info["pose"], _tvr_target(options, info))
-    parts = []
-    if abs(d["ahead"]) < 0.01 and abs(d["right"]) < 0.01:
-        parts.append("I am standing where the target view was taken.")
-    else:
-        ahead = f"{_metres(d['ahead'])} {'ahead' if d['ahead'] > 0 else 'behind'}" if abs(d["ahead"]) >= 0.01 else ""
-        side = f"{_metres(d['right'])} to my {'right' if d['right'] > 0 else 'left'}" if abs(d["right"]) >= 0.01 else ""
-        parts.append(f"The target view was taken {' and '.join(p for p in (ahead, side) if p)}.")
-    if abs(d["turn"]) < 1:
-        parts.append("It faces the same way as I do")
-    elif abs(d["turn"]) > 179:
-        parts.append("It faces the opposite way")
-    else:
-        parts.append(f"It faces {abs(d['turn']):.0f} degrees to my {'right' if d['turn'] > 0 else 'left'}")
-    if abs(d["tilt"]) < 1:
-        parts[-1] += " with the same camera tilt."
-    else:
-        parts[-1] += f" and looks {abs(d['tilt']):.0f} degrees further {'down' if d['tilt'] > 0 else 'up'}."
-    action = answer.split(":", 1)[-1].strip()
-    parts.append(_TVR_REASON.get(action, ""))
-    return " ".join(p for p in parts if p)
-
-
-register_thought("tvr", tvr_thought)
-
-
-# ----------------------------------------------------------------------------------------------- V-IRL
-def _virl_reason(action: str) -> str:
-    if action.startswith("forward"):
-        return "Nothing here tells me to turn, so I keep walking."
-    if action.startswith("stop"):
-        return "The destination is here, so I stop."
-    if action.startswith("turn_direction("):
-        return f"The instruction tells me to turn {action[len('turn_direction('):].rstrip(')')} here."
-    return ""
-
-
-def virl_thought(options: dict[str, Any], info: dict[str, Any], answer: str) -> str:
-    observation = str(info.get("current_obs", "")).strip().rstrip(";").strip()
-    instruction = str(info.get("current_instruction", "")).strip()
-    gt = str(info.get("gt_action", ""))
-    return " ".join(p for p in (f"I observe: {observation}." if observation else "",
-                                f"The instruction I am following is: {instruction}" if instruction else "",
-                                _virl_reason(gt)) if p)
-
-
-register_thought("virl", virl_thought)
-
-
-# ----------------------------------------------------------------------------------------------- GP
-_FORMULA = re.compile(r'"formula"\s*:\s*"([^"]*)"')
-
-
-def gp_thought(options: dict[str, Any], info: dict[str, Any], answer: str) -> str:
-    """Cards and their values from the env info, then the equation of the expert's answer."""
-    cards = info.get("plain_cards") or []
-    numbers = info.get("numbers") or []
-    target = info.get("target", 24)
-    parts = []
-    if cards:
-        parts.append(f"The cards are {', '.join(map(str, cards))}.")
-    if numbers:
-        parts.append(f"Their values are {', '.join(map(str, numbers))}; I must reach {target} using each once.")
-    match = _FORMULA.search(answer)
-    if match:
-        parts.append(f"Combining them as {match.group(1).split('=')[0]} gives {target}.")
-    return " ".join(parts)
-
-
-register_thought("gp", gp_thought)
+    """The reasoning template of ``task``'s suite; a ``DataError`` naming the tasks that have one if not."""
+    thought = get_suite(task).thought
+    if thought is None:
+        available = [name for name in task_names() if get_suite(name).thought is not None]
+        raise DataError(f"--cot: no reasoning template for task {task!r}; available: {', '.join(available)}")
+    return thought

@@ -32,6 +32,7 @@ import numpy as np
 from spatialrl.envs.gp.env import MODES, GeneralPointsEnv
 from spatialrl.envs.gp.metrics import summarize
 from spatialrl.envs.gp.prompts import GPPrompter
+from spatialrl.envs.gp.thoughts import gp_thought
 from spatialrl.envs.gp.variants import SPLITS
 from spatialrl.envs.registry import EpisodeSpec, TaskSuite, register_suite
 from spatialrl.errors import DataError
@@ -199,5 +200,6 @@ SUITE = register_suite(
         summarize=summarize,
         render_episode=render_episode,
         default_options={k: v for k, v in DEFAULT_OPTIONS.items() if v is not None},
+        thought=gp_thought,
     )
 )

@@ -17,6 +17,7 @@ from spatialrl.envs.registry import EpisodeSpec, TaskSuite, check_option_values,
 from spatialrl.envs.tvr import metrics
 from spatialrl.envs.tvr.prompts import MEMORY_MODES, TVRPrompter
 from spatialrl.envs.tvr.tasks import CATEGORIES, open_bench
+from spatialrl.envs.tvr.thoughts import tvr_thought
 from spatialrl.errors import DataError
 
 DEFAULT_OPTIONS: dict[str, Any] = {
@@ -139,5 +140,6 @@ SUITE = register_suite(
         render_episode=render_episode,
         human_view=human_view,
         default_options=dict(DEFAULT_OPTIONS),
+        thought=tvr_thought,
     )
 )

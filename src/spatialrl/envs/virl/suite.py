@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from spatialrl.envs.registry import EpisodeSpec, TaskSuite, register_suite
+from spatialrl.envs.virl.thoughts import virl_thought
 from spatialrl.errors import DataError, SpatialRLError
 
 SPLITS: dict[str, dict[str, Any]] = {
@@ -235,5 +236,6 @@ SUITE = register_suite(
         human_view=human_view,
         default_options=dict(DEFAULTS),
         thread_safe_envs=True,  # per-env state; the shared grid cache takes a lock
+        thought=virl_thought,
     )
 )
