@@ -36,12 +36,6 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     return masked_sum(x, mask, dim) / total.clamp(min=1.0)
 
 
-def masked_var(x: Tensor, mask: Tensor) -> Tensor:
-    """Population variance of the masked elements (diagnostics only)."""
-    mean = masked_mean(x, mask)
-    return masked_mean((x - mean) ** 2, mask)
-
-
 def loss_sum_and_count(per_token: Tensor, mask: Tensor, mode: LossAgg = "token-mean") -> tuple[Tensor, Tensor]:
     """Numerator and denominator of a loss reduction, so a reduction over a whole mini-batch split into
     micro-batches (and processes) is exact: loss = Σ numerators / Σ denominators.

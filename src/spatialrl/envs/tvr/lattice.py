@@ -117,15 +117,6 @@ def move_delta(yaw: int, action: str) -> tuple[int, int]:
     raise ValueError(f"{action!r} is not a move action")
 
 
-def check_pose(pose: Pose) -> Pose:
-    """Validate that ``pose`` lies on the lattice (yaw a multiple of 45° in [0, 360), pitch in ±30/0)."""
-    if pose.yaw not in MOVE_DELTAS:
-        raise ValueError(f"yaw must be one of {YAWS}, got {pose.yaw!r}")
-    if pose.pitch not in PITCHES:
-        raise ValueError(f"pitch must be one of {PITCHES}, got {pose.pitch!r}")
-    return pose
-
-
 class Lattice:
     """The reachable cells of one scene plus the move rules over them (optionally restricted to a mode).
 
