@@ -10,8 +10,7 @@ import torch
 from spatialrl.agents.base import text_of
 from spatialrl.agents.hf import HFPolicy
 from spatialrl.errors import DataError
-from spatialrl.models.processor import load_processor
-from spatialrl.train.chat_tokens import (
+from spatialrl.models.encode import (
     IGNORE_INDEX,
     ChatTemplateError,
     assistant_texts,
@@ -19,6 +18,7 @@ from spatialrl.train.chat_tokens import (
     encode_conversations,
     render_conversation,
 )
+from spatialrl.models.processor import load_processor
 from spatialrl.train.data import SFTDataset
 
 END_OF_TURN = {"qwen2_vl": "<|im_end|>", "qwen2_5_vl": "<|im_end|>", "qwen3_vl": "<|im_end|>",

@@ -175,8 +175,11 @@ def image_token_counts(processor: Any, sizes: list[tuple[int, int]]) -> dict[str
     import numpy as np
     from PIL import Image
 
+    from spatialrl.models.encode import render_messages
+
     token_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
-    text = processor.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "x"}]}])
+    text = render_messages(processor, [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "x"}]}],
+                           add_generation_prompt=False)
     counts = {}
     for w, h in sizes:
         image = Image.fromarray(np.zeros((h, w, 3), np.uint8))

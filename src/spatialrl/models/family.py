@@ -106,9 +106,9 @@ def family_of(model_type: str | None = None, processor: Any = None) -> Family:
     if model_type:
         return FAMILIES.get(model_type, Family(model_type))
     if processor is not None:
-        cls = type(processor).__name__.lower()
+        cls = type(processor).__name__.lower().replace("_", "")  # Qwen2_5_VLProcessor, NoVideoQwen2VLProcessor
         for name in sorted(FAMILIES, key=len, reverse=True):  # qwen3_vl_moe before qwen3_vl
-            if name in cls:
+            if name.replace("_", "") in cls:
                 return FAMILIES[name]
     return Family(model_type or "")
 
