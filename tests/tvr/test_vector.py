@@ -11,7 +11,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from spatialrl.envs.tvr.env import TVREnv
 from spatialrl.envs.tvr.scenes import camera_for, load_house, render_service
 from spatialrl.envs.tvr.tasks import Bench, task_poses
-from spatialrl.envs.tvr.vector import TVRVectorEnv
+from spatialrl.envs.tvr.vector import TVRVectorEnv, unbatch_info
 
 W, H = 96, 54
 N = 5
@@ -131,7 +131,21 @@ def test_per_env_task_ids_and_frames(bench_dir):
     single = TVREnv(bench=bench_dir, **KW)
     for i, tid in enumerate(ids):
         o, info = single.reset(options={"task_id": tid})
-        assert np.array_equal(obs[i], o) and np.array_equal(infos["target_image"][i], info["target_image"])
+        assert np.array_equal(obs[i], o)
+        assert_same(info, unbatch_info(infos, i), f"env {i} info")
+    # per-env option dicts (as a runner's episode specs carry them) pick the same tasks
+    _, again = vec.reset(options={"per_env": [{"task_id": tid} for tid in ids]})
+    assert list(again["task_id"]) == ids
+    # each step's unbatched info is the single env's (with record, and episode after the Stop)
+    singles = [TVREnv(bench=bench_dir, **KW) for _ in range(N)]
+    for s, tid in zip(singles, ids, strict=True):
+        s.reset(options={"task_id": tid})
+    for text in ("Action: MoveAhead", "Action: RotateLeft", "Action: Stop"):
+        out = vec.step([text] * N)
+        for i, s in enumerate(singles):
+            ref = s.step(text)
+            assert_same(ref[4], unbatch_info(out[4], i), f"env {i} info after {text}")
+    assert "episode" in unbatch_info(out[4], 0)
     single.close()
 
 

@@ -20,7 +20,9 @@ RNG seeded like a single env's (``reset(seed=s)`` seeds env ``i`` with ``s + i``
 N vector episodes equal N single envs for the same seeds and actions, frames included (tested).
 
 Reset options: the single env's (``task``, ``task_id``: every reset env gets them), per env
-``task_ids`` / ``tasks`` (sequences of N entries, None = draw from the pool) and ``reset_mask``.
+``task_ids`` / ``tasks`` (sequences of N entries, None = draw from the pool), ``per_env`` (N option dicts
+or None, e.g. each slot's ``EpisodeSpec.reset_options``) and ``reset_mask``. ``unbatch_info(infos, i)``
+turns the batched infos back into env ``i``'s own info dict (what ``TVREnv`` returns), for prompters.
 
 Rendering: each step collects the frames it needs (current views, and at resets the start and target
 views) and renders the cache misses in one ``Renderer.render_batch`` call over all their scenes, straight
@@ -159,8 +161,14 @@ class TVRVectorEnv(VectorEnv):
     # -- helpers --------------------------------------------------------------------------------------
     def _per_env_options(self, options: dict[str, Any]) -> list[dict[str, Any]]:
         n = self.num_envs
-        shared = {k: v for k, v in options.items() if k not in ("task_ids", "tasks")}
+        shared = {k: v for k, v in options.items() if k not in ("task_ids", "tasks", "per_env")}
         per_env = [dict(shared) for _ in range(n)]
+        if "per_env" in options:
+            dicts = list(options["per_env"])
+            if len(dicts) != n:
+                raise ValueError(f"reset options['per_env'] needs {n} entries (one per env), got {len(dicts)}")
+            for opts, extra in zip(per_env, dicts, strict=True):
+                opts.update(extra or {})
         for key, single in (("task_ids", "task_id"), ("tasks", "task")):
             if key in options:
                 values = list(options[key])
@@ -218,3 +226,21 @@ class TVRVectorEnv(VectorEnv):
             merged["target_image"] = targets
         merged["_target_image"] = contributed.copy()
         return merged
+
+
+def unbatch_info(infos: dict[str, Any], i: int) -> dict[str, Any]:
+    """Env ``i``'s own info dict from gymnasium's batched infos (the inverse of ``VectorEnv._add_info``):
+    keys whose ``_key`` mask is set for ``i``, nested dicts likewise, NumPy scalars as Python numbers."""
+    out: dict[str, Any] = {}
+    for key, value in infos.items():
+        if key.startswith("_"):
+            continue
+        mask = infos.get(f"_{key}")
+        if mask is not None and not mask[i]:
+            continue
+        if isinstance(value, dict):
+            out[key] = unbatch_info(value, i)
+        else:
+            item = value[i]
+            out[key] = item.item() if isinstance(item, np.generic) else item
+    return out
