@@ -78,6 +78,12 @@ class TaskSuite:
     # Optional reasoning template for CoT SFT data: (options, info, expert answer) -> a first-person thought
     # that leads to the answer (never containing the answer syntax itself); see ``envs/<task>/thoughts.py``.
     thought: ThoughtFn | None = None
+    # Optional regex whose group 1 is the action in an answer (case-insensitive): the default of GRPO's
+    # gated single-turn reward (``single.reward.action_pattern``) on this task.
+    action_pattern: str | None = None
+    # Optional ``info["record"]`` field naming the state an action was taken in: the default anchor of
+    # GRPO's per-step groups (``anchor_field``) on this task.
+    anchor_field: str | None = None
 
 
 _SUITES: dict[str, TaskSuite] = {}

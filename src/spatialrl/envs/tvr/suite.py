@@ -15,6 +15,7 @@ from typing import Any
 
 from spatialrl.envs.registry import EpisodeSpec, TaskSuite, check_option_values, register_suite
 from spatialrl.envs.tvr import metrics
+from spatialrl.envs.tvr.episode import ACTION_RE
 from spatialrl.envs.tvr.prompts import MEMORY_MODES, TVRPrompter
 from spatialrl.envs.tvr.tasks import CATEGORIES, open_bench
 from spatialrl.envs.tvr.thoughts import tvr_thought
@@ -141,5 +142,7 @@ SUITE = register_suite(
         human_view=human_view,
         default_options=dict(DEFAULT_OPTIONS),
         thought=tvr_thought,
+        action_pattern=ACTION_RE.pattern,
+        anchor_field="prev_pose",  # the pose before the action
     )
 )

@@ -25,6 +25,7 @@ from typing import Any
 
 from spatialrl.envs.registry import EpisodeSpec, TaskSuite, register_suite
 from spatialrl.envs.virl.thoughts import virl_thought
+from spatialrl.envs.virl.verify import _PATTERNS as _ANSWER_PATTERNS
 from spatialrl.errors import DataError, SpatialRLError
 
 SPLITS: dict[str, dict[str, Any]] = {
@@ -237,5 +238,6 @@ SUITE = register_suite(
         default_options=dict(DEFAULTS),
         thread_safe_envs=True,  # per-env state; the shared grid cache takes a lock
         thought=virl_thought,
+        action_pattern=_ANSWER_PATTERNS["action"].pattern,
     )
 )
