@@ -395,3 +395,29 @@ def extend_inputs(inputs: Any, token_ids: list[int]) -> dict[str, Any]:
             tail = value[:, -1:].expand(1, n, *value.shape[2:])
             out[key] = torch.cat([value, tail], dim=1)
     return out
+
+
+def mllama_cross_attention_mask(streams: list[list[int]], tile_masks: list[torch.Tensor | None],
+                                pixel_values: list[torch.Tensor | None], image_token_id: int, offsets: list[int],
+                                width: int, slots: int) -> torch.Tensor:
+    """Mllama's ``cross_attention_mask`` ``(B, width, slots, tiles)`` for a batch of token streams,
+    rebuilt with the processor's own rule (each text token attends to the images before it): row ``b``
+    holds ``streams[b]`` at ``offsets[b]``, with its images' ``aspect_ratio_mask`` ``tile_masks[b]``
+    (``(1, images, tiles)``; None for a row without images). How ``TurnTokenizer`` collates segments."""
+    from transformers.models.mllama.processing_mllama import (
+        convert_sparse_cross_attention_mask_to_dense,
+        get_cross_attention_token_mask,
+    )
+
+    tiles = int(next(t for t in pixel_values if t is not None).shape[2])
+    out = torch.zeros((len(streams), width, slots, tiles), dtype=torch.long)
+    for b, ids in enumerate(streams):
+        masks = tile_masks[b]
+        if masks is None:
+            continue
+        n = len(ids)
+        sparse = get_cross_attention_token_mask(ids, image_token_id)
+        num_tiles = [int(x) for x in masks[0].sum(-1).tolist()]
+        dense = convert_sparse_cross_attention_mask_to_dense([sparse], [num_tiles], tiles, n)
+        out[b, offsets[b] : offsets[b] + n, : dense.shape[2]] = torch.from_numpy(dense[0])
+    return out

@@ -33,7 +33,12 @@ import torch
 
 from spatialrl.agents.base import Conversation
 from spatialrl.errors import DataError
-from spatialrl.models.encode import encode_text, prepare_messages, render_messages
+from spatialrl.models.encode import (
+    encode_text,
+    mllama_cross_attention_mask,
+    prepare_messages,
+    render_messages,
+)
 from spatialrl.models.family import family_of, pad_token_id
 
 # Processor outputs that are not image tensors: the token stream itself and the per-token extras.
@@ -319,24 +324,7 @@ class TurnTokenizer:
                     batch[b, : t.shape[1]] = t[0]
             out[k] = batch
         if "aspect_ratio_ids" in keys:
-            out["cross_attention_mask"] = self._mllama_cross_attention(views, per_sample, offsets, width, slots)
-        return out
-
-    def _mllama_cross_attention(self, views, per_sample, offsets, width, slots) -> torch.Tensor:
-        from transformers.models.mllama.processing_mllama import (
-            convert_sparse_cross_attention_mask_to_dense,
-            get_cross_attention_token_mask,
-        )
-
-        tiles = int(per_sample["pixel_values"][next(i for i, t in enumerate(per_sample["pixel_values"]) if t is not None)].shape[2])
-        out = torch.zeros((len(views), width, slots, tiles), dtype=torch.long)
-        for b, (seg, n) in enumerate(views):
-            masks = per_sample["aspect_ratio_mask"][b]
-            if masks is None:
-                continue
-            ids = seg.ids[:n]
-            sparse = get_cross_attention_token_mask(ids, self.image_token_id)
-            num_tiles = [int(x) for x in masks[0].sum(-1).tolist()]
-            dense = convert_sparse_cross_attention_mask_to_dense([sparse], [num_tiles], tiles, n)
-            out[b, offsets[b] : offsets[b] + n, : dense.shape[2]] = torch.from_numpy(dense[0])
+            out["cross_attention_mask"] = mllama_cross_attention_mask(
+                [seg.ids[:n] for seg, n in views], per_sample["aspect_ratio_mask"], per_sample["pixel_values"],
+                self.image_token_id, offsets, width, slots)
         return out
