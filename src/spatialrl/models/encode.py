@@ -46,11 +46,9 @@ import numpy as np
 import torch
 from PIL import Image
 
+from spatialrl.conversation import Conversation
 from spatialrl.errors import DataError
 from spatialrl.models.family import Family, family_of
-
-# A conversation (``agents/base.py``'s ``Conversation``): a list of chat messages with text/image parts.
-Conversation = list[dict[str, Any]]
 
 IGNORE_INDEX = -100  # label value the loss skips (the torch / transformers convention)
 ROLES = ("system", "user", "assistant")

@@ -12,14 +12,13 @@ left-padded batch and cuts each answer after its first end-of-turn token.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-if TYPE_CHECKING:
-    from spatialrl.agents.base import SamplingParams
+from spatialrl.conversation import SamplingParams
 
 
 class TokenSampler(LogitsProcessor):
