@@ -35,15 +35,11 @@ CLI_RANK = 7  # an area's `cli.py` mounts commands: it may reach every layer
 # Edges that still point up, (importing module, imported package at depth 3) -> why and who removes it.
 # Remove an entry when its edge is gone (a stale entry warns).
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    # issue 22, model-I/O part: chat_tokens moves into models/, then this edge is gone.
-    ("spatialrl.rollout.trajectory", "spatialrl.train.chat_tokens"): "model-I/O: chat_tokens -> models/",
     # the built-in tokenizer is trained on the task prompt corpora, found by module name; the corpus should
     # be passed in by the caller (models/cli.py, a CLI module may import envs).
     ("spatialrl.models.tokenizer", "spatialrl.envs.tvr"): "models: pass the prompt corpus in",
     ("spatialrl.models.tokenizer", "spatialrl.envs.virl"): "models: pass the prompt corpus in",
     ("spatialrl.models.tokenizer", "spatialrl.envs.gp"): "models: pass the prompt corpus in",
-    # new model-I/O module (work in progress): SamplingParams lives in spatialrl.conversation.
-    ("spatialrl.models.sampling", "spatialrl.agents.base"): "model-I/O: import spatialrl.conversation",
 }
 
 
