@@ -5,9 +5,12 @@
 Cache off (``cache_mb=0``: every observation rendered), random valid non-Stop answers, so episodes end by
 budget and resets (start + target frame) are part of the rate, as in ``tvr_env_speed.py``. The vector env
 autoresets (next step) and draws its tasks from the pool; the single env cycles through the same pool.
-``steps_per_s`` counts env steps (a vector step of N envs is N steps). Beside wall-clock rates the rows
-hold CPU ms per step (all threads of this process, llvmpipe's included) and the 1-minute load average,
-because the 2-core VM is shared with other jobs.
+``steps_per_s`` counts env steps (a vector step of N envs is N steps). The 2-core VM is shared with other
+jobs, so every row is measured ``--repeats`` times, interleaved (single, N=1, N=4, ... then again), and
+the row holds the median with every sample and the best; beside the wall-clock rate it holds CPU ms per
+step (all threads of this process, llvmpipe's included), ``cores_used`` = CPU seconds per wall second (how
+much of the 2 cores the env kept busy: a single env waits on every readback, a batch keeps llvmpipe's
+threads and the main thread working at once) and the 1-minute load average.
 
 Writes ``benchmarks/results/tvr_vector_speed-<machine>.json``: rows ``{device, width, height, num_envs,
 steps_per_s, env, cpu_ms_per_step, load_1m}``, machine, date, commit, and the host memory of the vector
@@ -79,6 +82,7 @@ def main() -> None:
     ap.add_argument("--sizes", nargs="+", default=["640x360", "280x168"], help="image sizes WxH")
     ap.add_argument("--num-envs", type=int, nargs="+", default=[1, 4, 16, 64], help="vector env sizes N")
     ap.add_argument("--steps", type=int, default=400, help="env steps measured per row (at least 4 vector steps)")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions per row (median reported)")
     ap.add_argument("--scenes", type=int, default=4, help="eval scenes per family (single- and multi-room)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"), help="results folder")
     args = ap.parse_args()
@@ -98,17 +102,30 @@ def main() -> None:
 
         device = render_service(*sizes[0], cache_mb=0).backend.renderer.device_name
 
-        def add(env: str, w: int, h: int, n: int, rate: float, cpu_ms: float) -> None:
-            row = {"device": device, "width": w, "height": h, "num_envs": n, "steps_per_s": rate, "env": env,
-                   "cpu_ms_per_step": cpu_ms, "load_1m": os.getloadavg()[0]}
-            rows.append(row)
-            print(f"  {w}x{h} {env:<6} N={n:<4} {rate:8.1f} steps/s  {cpu_ms:6.2f} CPU ms/step  "
-                  f"load {row['load_1m']:.1f}", flush=True)
+        def measure(env: str, w: int, h: int, n: int) -> tuple[float, float]:
+            if env == "single":
+                return single_rate(bench_dir, w, h, ids, args.steps, seed=1)
+            return vector_rate(bench_dir, w, h, n, args.steps, seed=2)
 
         for w, h in sizes:
-            add("single", w, h, 1, *single_rate(bench_dir, w, h, ids, args.steps, seed=1))
-            for n in args.num_envs:
-                add("vector", w, h, n, *vector_rate(bench_dir, w, h, n, args.steps, seed=2))
+            configs = [("single", 1)] + [("vector", n) for n in args.num_envs]
+            samples: dict[tuple[str, int], list[tuple[float, float, float]]] = {c: [] for c in configs}
+            for _ in range(args.repeats):
+                for env, n in configs:
+                    rate, cpu_ms = measure(env, w, h, n)
+                    samples[(env, n)].append((rate, cpu_ms, os.getloadavg()[0]))
+            for env, n in configs:
+                rates = [x[0] for x in samples[(env, n)]]
+                row = {"device": device, "width": w, "height": h, "num_envs": n, "steps_per_s": float(np.median(rates)),
+                       "env": env, "cpu_ms_per_step": float(np.median([x[1] for x in samples[(env, n)]])),
+                       "load_1m": float(np.median([x[2] for x in samples[(env, n)]])), "samples_steps_per_s": rates,
+                       "best_steps_per_s": max(rates),
+                       "cores_used": float(np.median([x[0] * x[1] / 1000 for x in samples[(env, n)]]))}
+                rows.append(row)
+                print(f"  {w}x{h} {env:<6} N={n:<4} {row['steps_per_s']:8.1f} steps/s (median of "
+                      f"{', '.join(f'{r:.0f}' for r in rates)})  {row['cpu_ms_per_step']:6.2f} CPU ms/step  "
+                      f"{row['cores_used']:.2f} cores  "
+                      f"load {row['load_1m']:.1f}", flush=True)
     result = {
         "benchmark": "tvr_vector_speed",
         "machine": machine(),
@@ -116,6 +133,7 @@ def main() -> None:
         "git_commit": git_commit(),
         "device": device,
         "cache": "off",
+        "gpu_rows": "not measured: no GPU machine was lent in the session that ran this",
         "bench": {"eval_tasks": len(ids), "houses": 2 * args.scenes},
         "vector_buffers_mb_per_1000_envs": {f"{w}x{h}": 2 * w * h * 3 * 1000 / 2**20 for w, h in sizes},
         "rows": rows,
