@@ -49,12 +49,12 @@ class Camera:
     def basis(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """World-space (right, up, forward) unit vectors of this camera."""
         yaw, pitch = math.radians(self.yaw_deg), math.radians(self.pitch_deg)
-        forward = np.array(
-            [math.sin(yaw) * math.cos(pitch), -math.sin(pitch), math.cos(yaw) * math.cos(pitch)]
-        )
-        right = np.array([math.cos(yaw), 0.0, -math.sin(yaw)])
-        up = np.cross(forward, right)
-        return right, up, forward
+        f0, f1, f2 = math.sin(yaw) * math.cos(pitch), -math.sin(pitch), math.cos(yaw) * math.cos(pitch)
+        r0, r1, r2 = math.cos(yaw), 0.0, -math.sin(yaw)
+        # up = forward x right, written out: the same float64 products as np.cross (bit-identical,
+        # checked on 200k random poses) without its ~0.1 ms of call overhead per frame
+        up = np.array([f1 * r2 - f2 * r1, f2 * r0 - f0 * r2, f0 * r1 - f1 * r0])
+        return np.array([r0, r1, r2]), up, np.array([f0, f1, f2])
 
     def view_matrix(self) -> np.ndarray:
         """4x4 world → eye matrix (row-major, column vectors); eye looks down −z, x right, y up."""
