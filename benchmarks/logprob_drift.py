@@ -87,8 +87,8 @@ def autocast(dtype: str, device: str) -> Any:
 def prompts(data: Path, args: argparse.Namespace, turns: Any) -> list[Any]:
     """First-turn V-IRL VL segments of ``args.prompts`` episodes, tokenised as the PPO env pool does."""
     from spatialrl.train.agent_loop import EnvPool
-    from spatialrl.train.rl_common import task_episodes
     from spatialrl.train.rl_config import RLTaskConfig
+    from spatialrl.train.task_stream import task_episodes
 
     task = RLTaskConfig(name="virl", data=str(data), max_tokens=32768,
                         options={"mode": "vl", "grid_size": args.grid_size, "episodes": max(16, args.prompts), "seed": 1})

@@ -70,11 +70,11 @@ CURVES = {"sft": ("train/loss", "train/token_accuracy"), "ppo": ("losses/value_l
 KEPT_KEYS = {
     "sft": ("train/loss", "train/token_accuracy", "train/samples_per_s", "train/tokens_per_s", "train/grad_norm",
             "train/lr"),
-    "ppo": ("losses/action_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "rollout/reward_mean",
+    "ppo": ("losses/action_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "rollout/step_reward_mean",
             "rollout/value_mean", "train/update_seconds", "train/collect_seconds", "charts/update_samples",
             "charts/env_steps", "train/grad_norm", "episodes/count"),
-    "grpo": ("losses/policy_loss", "losses/kl", "losses/entropy", "losses/policy_tokens", "rollout/reward_mean",
-             "rollout/trajectories", "rollout/turns_mean", "train/update_seconds", "train/rollout_seconds",
+    "grpo": ("losses/policy_loss", "losses/kl", "losses/entropy", "losses/policy_tokens", "episodes/return_mean",
+             "rollout/trajectories", "episodes/length_mean", "train/update_seconds", "train/rollout_seconds",
              "charts/env_steps", "train/grad_norm"),
 }
 

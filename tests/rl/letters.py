@@ -114,7 +114,7 @@ def register() -> TaskSuite:
 REPO = Path(__file__).resolve().parents[2]
 
 
-def read_updates(run_dir: Path, key: str = "rollout/reward_mean") -> dict[int, dict[str, Any]]:
+def read_updates(run_dir: Path, key: str = "charts/env_steps") -> dict[int, dict[str, Any]]:
     """Metric records of a run keyed by update (the last record wins: a resumed run re-logs)."""
     out: dict[int, dict[str, Any]] = {}
     for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines():

@@ -15,7 +15,7 @@ from spatialrl.train.rl_config import GatedRewardConfig, GRPOConfig
 from .helpers import assert_same_run
 from .letters import REPO, read_updates
 
-DETERMINISTIC = ("rollout/", "losses/", "rewards/", "charts/")
+DETERMINISTIC = ("rollout/", "losses/", "rewards/", "charts/", "episodes/")
 
 
 def grpo_config(tmp_path, model_dir, **over) -> GRPOConfig:
@@ -27,7 +27,7 @@ def grpo_config(tmp_path, model_dir, **over) -> GRPOConfig:
 
 
 def rise(run_dir, n: int) -> float:
-    rewards = [r["rollout/reward_mean"] for _, r in sorted(read_updates(run_dir).items())]
+    rewards = [r["episodes/return_mean"] for _, r in sorted(read_updates(run_dir).items())]
     return float(np.mean(rewards[-n:]) - np.mean(rewards[:n]))
 
 
@@ -37,7 +37,7 @@ def test_multi_turn_grpo_raises_reward(tmp_path, tiny_model_dir, letter_suite):
     assert summary["finished"]
     assert rise(cfg.output_dir, 3) > 0.15  # observed ≈ 0.1 → 0.7 share of the letter
     last = summary["last"]
-    assert last["losses/policy_tokens"] > 0 and last["losses/kl"] > 0 and last["rollout/turns_mean"] == 2
+    assert last["losses/policy_tokens"] > 0 and last["losses/kl"] > 0 and last["episodes/length_mean"] == 2
     assert "rewards/share/mean" in last  # every reward component is logged
     assert (tmp_path / "run/final/model.safetensors").is_file() and (tmp_path / "run/summary.json").is_file()
 

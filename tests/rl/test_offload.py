@@ -75,8 +75,8 @@ def test_without_master_keeps_no_host_copy_and_still_matches_in_fp32():
 def test_rl_configs_pass_the_master_switch_to_the_optimizer():
     from accelerate import Accelerator
 
-    from spatialrl.train.rl_common import make_optimizer
     from spatialrl.train.rl_config import GRPOConfig, PPOConfig
+    from spatialrl.train.run import make_optimizer
 
     model = _model()
     for cls in (PPOConfig, GRPOConfig):

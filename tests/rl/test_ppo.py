@@ -30,9 +30,9 @@ def test_ppo_raises_reward(tmp_path, tiny_model_dir, letter_suite, capsys):
     summary = train(cfg)
     # progress inside an update: the first update shows each phase (a slow 11B update is not silent)
     console = capsys.readouterr().out
-    for phase in ("step 1 · collected", "step 1 · scored", f"step 1 · epoch {cfg.ppo_epochs}/{cfg.ppo_epochs} done"):
+    for phase in ("step 1 · collected", "step 1 · scored", f"step 1 · epoch {cfg.epochs}/{cfg.epochs} done"):
         assert phase in console, phase
-    rewards = [r["rollout/reward_mean"] for _, r in sorted(read_updates(cfg.output_dir).items())]
+    rewards = [r["rollout/step_reward_mean"] for _, r in sorted(read_updates(cfg.output_dir).items())]
     assert np.mean(rewards[-3:]) > np.mean(rewards[:3]) + 0.1  # observed ≈ 0.04 → 0.3
     last = summary["last"]
     for key in ("losses/value_loss", "losses/action_loss", "rollout/value_mean", "rollout/return_std",

@@ -25,8 +25,8 @@ def test_one_update_on_each_real_task(tmp_path, tiny_model_dir):
         "num_steps": 8, "ppo_epochs": 1, "checkpoint.every": 0, "task.data": str(virl), "sampling.max_new_tokens": 16,
         "task.options": {"grid_size": 448, "episodes": 8, "seed": 42}})
     last = ppo(ppo_cfg)["last"]
-    assert last["charts/env_steps"] == 8 and last["rollout/reward_max"] <= 1.0
-    assert last["rollout/reward_min"] >= -1.5  # V-IRL's rewards: +1, -1, -1.5
+    assert last["charts/env_steps"] == 8 and last["rollout/step_reward_max"] <= 1.0
+    assert last["rollout/step_reward_min"] >= -1.5  # V-IRL's rewards: +1, -1, -1.5
 
     bench = tmp_path / "bench"
     make_bench(bench, BenchConfig.preset(seed=7, sizes={"eval": 0, "sft": 2, "rl": 2, "diag_rotate": 0, "diag_move": 0},
@@ -45,11 +45,11 @@ def test_one_update_on_each_real_task(tmp_path, tiny_model_dir):
         assert evals and all(r["eval/overall/n"] == 1 for r in evals)
         if mode == "multi":  # TVR's four shaped components, each logged
             assert {f"rewards/{c}/mean" for c in ("step", "format", "progress", "terminal")} <= set(last)
-            assert 1 <= last["rollout/turns_mean"] <= 3
+            assert 1 <= last["episodes/length_mean"] <= 3
             # G=2 copies of a task share their frames: the rollout cache encodes each distinct one once
             assert last["charts/images_cached"] > 0 and last["charts/images_encoded"] > 0
         else:
-            assert "rewards/match/mean" in last and last["rollout/turns_mean"] == 1
+            assert "rewards/match/mean" in last and last["episodes/length_mean"] == 1
 
 
 def assert_same_numbers(off: list[dict], on: list[dict]) -> None:
@@ -58,7 +58,7 @@ def assert_same_numbers(off: list[dict], on: list[dict]) -> None:
     for a, b in zip(off, on, strict=True):
         assert b["charts/images_cached"] > 0 and "charts/images_cached" not in a
         for key, value in a.items():
-            if key.startswith(("losses/", "rollout/", "rewards/")):
+            if key.startswith(("losses/", "rollout/", "rewards/", "episodes/")):
                 assert b[key] == pytest.approx(value, abs=1e-6), key
 
 
@@ -154,5 +154,5 @@ def test_env_threads_change_no_number_in_grpo(tmp_path, tiny_model_dir):
     (one,), (three,) = rows[1], rows[3]
     assert three["train/env_seconds"] > 0 and three["rollout/trajectories"] == 6
     for key, value in one.items():
-        if key.startswith(("losses/", "rollout/", "rewards/")):
+        if key.startswith(("losses/", "rollout/", "rewards/", "episodes/")):
             assert three[key] == pytest.approx(value, abs=1e-6), key

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from spatialrl.train.rl_common import episode_sampler
+from spatialrl.train.task_stream import episode_sampler
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,9 +84,9 @@ def _reduce_in_process(rank: int, port: int, queue) -> None:
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     from spatialrl.train.common import make_accelerator
-    from spatialrl.train.rl_common import reduce_metrics
+    from spatialrl.train.metrics import reduce_metrics
 
-    accelerator = make_accelerator("auto", 1, 1, 1.0)
+    accelerator = make_accelerator("auto", 1, 1.0)
     # rank 0 finished 3 episodes (2 successes) this update, rank 1 none: it has no episodes/* values
     mine = {"charts/env_steps": 8.0, "losses/value_loss": 1.0 + rank, "rollout/reward_min": -rank,
             "rollout/reward_max": 2.0 * rank, "episodes/count": 3.0 if rank == 0 else 0.0}

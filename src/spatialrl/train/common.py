@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shutil
 import time
@@ -37,16 +36,7 @@ STATE_FILE = "trainer_state.json"
 _STEP_RE = re.compile(r"^step-(\d+)$")
 
 
-# ------------------------------------------------------------------------------------------- seeding
-def seed_everything(seed: int) -> None:
-    """Seed Python, numpy's legacy global and torch (CPU + CUDA) — libraries we call may use any of them."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-    if torch.cuda.is_available():
-        torch.cuda.manual_seed_all(seed)
-
-
+# ------------------------------------------------------------------------------------------- data order
 def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
     """The sample order of one epoch: a permutation fixed by (seed, epoch), independent of RNG state,
     so a resumed run finds its place from the update count alone."""
@@ -54,16 +44,18 @@ def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------------ accelerate
-def make_accelerator(dtype: str, grad_accum: int, micro_batch_size: int, max_grad_norm: float) -> Any:
+def make_accelerator(dtype: str, micro_batch_size: int, max_grad_norm: float) -> Any:
     """An ``Accelerator`` for this launch (single process, DDP, DeepSpeed or FSDP come from ``accelerate
-    launch``'s config). ``dtype='auto'`` means bf16 mixed precision on GPU and float32 on CPU."""
+    launch``'s config). ``dtype='auto'`` means bf16 mixed precision on GPU and float32 on CPU.
+    ``gradient_accumulation_steps`` stays 1: the trainers accumulate themselves (``train/accumulation.py``)
+    over a number of micro-batches that may change from one optimiser step to the next."""
     from accelerate import Accelerator
 
     use_bf16 = dtype == "bfloat16" or (dtype == "auto" and torch.cuda.is_available())
     # cpu=True on machines without CUDA: a torchrun-style launch (`accelerate launch --multi_gpu
     # --num_processes 2`, or configs/accelerate/cpu_2proc.yaml) then becomes gloo DDP over CPU
     # processes instead of N independent single-process runs.
-    accelerator = Accelerator(mixed_precision="bf16" if use_bf16 else "no", gradient_accumulation_steps=grad_accum,
+    accelerator = Accelerator(mixed_precision="bf16" if use_bf16 else "no", gradient_accumulation_steps=1,
                               cpu=not torch.cuda.is_available())
     plugin = accelerator.state.deepspeed_plugin
     if plugin is not None:
@@ -79,9 +71,9 @@ def reset_accelerate_state() -> None:
     ``AcceleratorState`` and ``GradientState`` are singletons shared by every ``Accelerator`` of a
     process: a second one would keep the first one's settings (and refuse another mixed precision with
     "AcceleratorState has already been initialized") and its gradient-accumulation state. A launched run
-    builds one ``Accelerator``; only a process that trains several times in a row (tests, benchmarks
-    comparing dtypes) needs this, after each run. accelerate has no public reset, so its private
-    ``_reset_state`` is called from here alone.
+    builds one ``Accelerator``; only a process that trains several times in a row with different
+    accelerator settings (tests, benchmarks comparing dtypes) needs this, after each run. No trainer calls
+    it. accelerate has no public reset, so its private ``_reset_state`` is called from here alone.
     """
     from accelerate.state import AcceleratorState, GradientState
 
@@ -267,9 +259,11 @@ def find_resume_checkpoint(output_dir: str | Path, resume: str) -> Path | None:
 
 
 def save_hf_model(accelerator: Any, model: Any, processor: Any, out: Path, merge_lora: bool = True,
-                  dtype: str = "float32", meta: dict[str, Any] | None = None) -> None:
+                  dtype: str = "float32", meta: dict[str, Any] | None = None, skip: tuple[str, ...] = ()) -> None:
     """Write model + processor in the Hugging Face layout: full weights (LoRA merged unless
-    ``merge_lora`` is off, then the adapter alone), in ``dtype``, plus ``spatialrl_model.json`` = ``meta``."""
+    ``merge_lora`` is off, then the adapter alone), in ``dtype``, plus ``spatialrl_model.json`` = ``meta``.
+    State-dict keys starting with a prefix in ``skip`` are left out (PPO's ``value_head.``: a submodule
+    for training, shipped beside the model)."""
     unwrapped = accelerator.unwrap_model(model)
     state = accelerator.get_state_dict(model)  # gathers ZeRO-3 / FSDP shards onto the main process
     if not accelerator.is_main_process:
@@ -286,6 +280,8 @@ def save_hf_model(accelerator: Any, model: Any, processor: Any, out: Path, merge
             state = None
         else:
             clone = unwrapped
+        if skip:
+            state = {k: v for k, v in (clone.state_dict() if state is None else state).items() if not k.startswith(skip)}
         if target != torch.float32:
             clone = copy.deepcopy(clone).to(target)
             state = None if state is None else {k: v.to(target) if v.is_floating_point() else v
@@ -299,7 +295,7 @@ def save_hf_model(accelerator: Any, model: Any, processor: Any, out: Path, merge
 
 
 def save_checkpoint(accelerator: Any, model: Any, processor: Any, output_dir: str | Path, step: int,
-                    state: dict[str, Any], keep_last: int) -> Path:
+                    state: dict[str, Any], keep_last: int, skip: tuple[str, ...] = ()) -> Path:
     """Save a complete, resumable checkpoint atomically; prune all but the newest ``keep_last``."""
     root = checkpoint_root(output_dir)
     final = root / f"step-{step:06d}"
@@ -309,7 +305,7 @@ def save_checkpoint(accelerator: Any, model: Any, processor: Any, output_dir: st
         tmp.mkdir(parents=True)
     accelerator.wait_for_everyone()
     accelerator.save_state(str(tmp / "state"), safe_serialization=True)
-    save_hf_model(accelerator, model, processor, tmp / "hf")
+    save_hf_model(accelerator, model, processor, tmp / "hf", skip=skip)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         atomic_write_json(tmp / STATE_FILE, state)

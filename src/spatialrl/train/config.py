@@ -8,6 +8,10 @@ names the file (or flag) and the key, and suggests the closest valid key. Each f
 written once, in ``field(metadata={"help": ...})`` (TRL style), and ``spatialrl train sft --help-config``
 prints them.
 
+Renamed keys: a config class lists ``RENAMED_KEYS = {old: new}`` (a ``ClassVar``); the loader accepts the
+old spelling in recipes and overrides for one release, with a ``FutureWarning`` that names the file (or
+flag) and the new key. Giving both spellings is an error.
+
 Shared blocks (model, optimiser, checkpointing, logging, closed-loop eval) live here so the RL
 trainers reuse them; each trainer defines its own top-level dataclass (``SFTConfig`` below).
 """
@@ -19,6 +23,7 @@ import difflib
 import math
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -381,12 +386,50 @@ def load_config(cls: type, path: str | Path | None, overrides: list[str] | dict[
             raise ConfigError(f"{path}: the top level must be a mapping of config keys")
         tree = loaded or {}
         source = f"{path}: "
+    _rename_keys(cls, tree, source)
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
     for dotted, value in (overrides or {}).items():
+        dotted = _renamed_path(cls, dotted)
         _check_key_path(cls, dotted)
         _set_dotted(tree, dotted, value)
     return _build(cls, tree, source)
+
+
+def _deprecated(where: str, old: str, new: str) -> None:
+    warnings.warn(f"{where}{old}: renamed to {new}; the old key is accepted until the next release, "
+                  f"then it is an error", FutureWarning, stacklevel=4)
+
+
+def _rename_keys(cls: type, tree: dict[str, Any], source: str, prefix: str = "") -> None:
+    """Rewrite old key spellings in a recipe tree to the current ones (``RENAMED_KEYS``), warning once each."""
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        return
+    for old, new in getattr(cls, "RENAMED_KEYS", {}).items():
+        if old in tree:
+            if new in tree:
+                raise ConfigError(f"{source}{prefix}{old}: renamed to {prefix}{new}, which is also given; keep only {new}")
+            _deprecated(source, prefix + old, prefix + new)
+            tree[new] = tree.pop(old)
+    hints = _resolved_hints(cls)
+    for key, value in tree.items():
+        if isinstance(value, dict) and key in hints:
+            _rename_keys(hints[key], value, source, f"{prefix}{key}.")
+
+
+def _renamed_path(cls: type, dotted: str) -> str:
+    """An override's dotted key with old spellings replaced (``--ppo_epochs`` → ``--epochs``), with a warning."""
+    node: Any = cls
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        if not (isinstance(node, type) and dataclasses.is_dataclass(node)):
+            break
+        new = getattr(node, "RENAMED_KEYS", {}).get(part)
+        if new is not None:
+            _deprecated("--", ".".join(parts[:i] + [part]), ".".join(parts[:i] + [new]))
+            parts[i] = part = new
+        node = _resolved_hints(node).get(part)
+    return ".".join(parts)
 
 
 def _check_key_path(cls: type, dotted: str) -> None:

@@ -30,7 +30,6 @@ What one update does (``spec/training.md``, TVRBench appendix D):
 from __future__ import annotations
 
 import copy
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -38,85 +37,27 @@ from typing import Any
 import numpy as np
 import torch
 
-from spatialrl.agents.base import Conversation, SamplingParams
+from spatialrl.agents.base import SamplingParams
 from spatialrl.errors import DataError
 from spatialrl.rollout.trajectory import Segment, Trajectory, TurnTokenizer
 from spatialrl.train import losses
+from spatialrl.train.accumulation import micro_batch_plan
 from spatialrl.train.agent_loop import EnvPool
-from spatialrl.train.common import (
-    Tracker,
-    count_parameters,
-    find_resume_checkpoint,
-    load_checkpoint,
-    prepare_trainable,
-    save_checkpoint,
+from spatialrl.train.common import prepare_trainable
+from spatialrl.train.expert_states import (
+    ExpertPrompt,
+    action_match,
+    expert_prompts,
+    gated_reward,
+    heldout_prompts,
 )
-from spatialrl.train.config import config_to_dict
 from spatialrl.train.merged_rollout import merged_rollout, rollout_model
+from spatialrl.train.metrics import episode_metrics, reduce_metrics, reward_component_metrics
 from spatialrl.train.policy_ops import collate_inputs, sample_segments, score_tokens
-from spatialrl.train.rl_common import (
-    backward_scaled,
-    begin_accumulation,
-    end_run,
-    env_threads,
-    episode_sampler,
-    finish_update,
-    load_policy_model,
-    lr_setter,
-    make_optimizer,
-    micro_batch_plan,
-    reduce_metrics,
-    reward_component_metrics,
-    rollout_generator,
-    rollout_vision_cache,
-    scoring_vision,
-    start_run,
-    task_episodes,
-    vision_cache_metrics,
-)
 from spatialrl.train.rl_config import GatedRewardConfig, GRPOConfig
-
-
-# ------------------------------------------------------------------------------------------ rewards
-def gated_reward(response: str, expert_response: str, cfg: GatedRewardConfig) -> tuple[float, dict[str, float]]:
-    """TVRBench's single-turn reward: no parsable action → ``no_format`` (lowest); a parsable action
-    that differs from the expert's → ``wrong_action``; the expert's action → ``match`` (highest).
-    Actions compare case-insensitively after stripping."""
-    pattern = re.compile(cfg.action_pattern, re.IGNORECASE | re.DOTALL)
-    mine, gold = pattern.search(response), pattern.search(expert_response)
-    if gold is None:
-        raise DataError(f"single.reward.action_pattern {cfg.action_pattern!r} does not parse the expert's "
-                        f"answer {expert_response[:80]!r}; set the task's action pattern")
-    if mine is None:
-        return cfg.no_format, {"format": 0.0, "match": 0.0}
-    match = mine.group(1).strip().lower() == gold.group(1).strip().lower()
-    return (cfg.match if match else cfg.wrong_action), {"format": 1.0, "match": float(match)}
-
-
-@dataclass
-class ExpertPrompt:
-    """One per-step prompt of an expert episode: what the policy saw and what the expert answered."""
-
-    conversation: Conversation
-    expert_response: str
-    category: str
-    episode_id: str
-
-
-def expert_prompts(suite: Any, options: dict[str, Any], episodes: list[Any]) -> list[ExpertPrompt]:
-    """Flatten expert episodes into per-step prompts, through the eval runner (same prompts as eval)."""
-    from spatialrl.agents.expert import ExpertPolicy
-    from spatialrl.rollout.runner import run_episodes
-
-    prompts: list[ExpertPrompt] = []
-
-    def keep(spec, conversation, generation, _step) -> None:
-        prompts.append(ExpertPrompt(list(conversation), generation.text, spec.category, spec.episode_id))
-
-    run_episodes(suite, options, ExpertPolicy(), episodes, batch_size=8, progress=False, on_turn=keep)
-    if not prompts:
-        raise DataError(f"task {suite.name}: the expert episodes produced no prompts")
-    return prompts
+from spatialrl.train.run import Run
+from spatialrl.train.task_stream import env_threads, episode_sampler, rollout_generator, task_episodes
+from spatialrl.train.vision_cache_policy import rollout_vision_cache, scoring_vision, vision_cache_metrics
 
 
 # ------------------------------------------------------------------------------------------ rollouts
@@ -155,23 +96,6 @@ def rollout_single(turns: TurnTokenizer, prompts: list[ExpertPrompt], group_size
             turn_records=[{f"reward_{k}": v for k, v in parts.items()}], responses=[text],
             episode={"success": bool(parts["match"])}, done=True))
     return out
-
-
-@torch.no_grad()
-def action_match(turns: TurnTokenizer, prompts: list[ExpertPrompt], model: Any, max_new_tokens: int,
-                 reward_cfg: GatedRewardConfig, batch: int) -> dict[str, float]:
-    """Greedy answers to held-out expert states: ``diag/action_match`` (share whose action equals the
-    expert's, by ``single.reward.action_pattern``) and ``diag/format`` (share with a parsable action)."""
-    greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
-    hits = fmt = 0.0
-    for lo in range(0, len(prompts), batch):
-        chunk = prompts[lo:lo + batch]
-        answers = sample_segments(model, turns, [turns.start(p.conversation) for p in chunk], greedy, None)
-        for p, (ids, _) in zip(chunk, answers, strict=True):
-            _, parts = gated_reward(turns.tokenizer.decode(ids, skip_special_tokens=True), p.expert_response, reward_cfg)
-            hits, fmt = hits + parts["match"], fmt + parts["format"]
-    n = max(1, len(prompts))
-    return {"diag/action_match": hits / n, "diag/format": fmt / n, "diag/states": float(len(prompts))}
 
 
 # ------------------------------------------------------------------------------------------ advantages
@@ -264,100 +188,132 @@ def padded(values: list[torch.Tensor | None], width: int, device: Any) -> torch.
     return out
 
 
+# ------------------------------------------------------------------------------------------ steps
+def reference_logprobs(cfg: GRPOConfig, run: Run, reference: Any, turns: TurnTokenizer, seqs: list[Sequence]) -> None:
+    """π_ref's log-probs into ``seq.ref_logp``: the frozen copy, or (LoRA) the model with its adapters off."""
+    if reference is not None:
+        fill_logprobs(reference, turns, seqs, cfg.micro_batch_size, cfg.sampling.temperature, "ref_logp", run.accelerator)
+        return
+    unwrapped = run.accelerator.unwrap_model(run.model)
+    with unwrapped.disable_adapter():
+        fill_logprobs(unwrapped, turns, seqs, cfg.micro_batch_size, cfg.sampling.temperature, "ref_logp", run.accelerator)
+
+
+def optimise(cfg: GRPOConfig, run: Run, seqs: list[Sequence], filler: list[Sequence], turns: TurnTokenizer,
+             update: int, vision: tuple[Any, Any] | None) -> tuple[dict[str, float], list[float], float]:
+    """4. ``epochs`` × ``mini_batches`` optimiser steps, each an exact reduction over its micro-batches and
+    every process. Returns the token-summed statistics (``tokens``), the gradient norms and the last LR."""
+    model, acc, device = run.model, run.accelerator, run.device
+    model.train()
+    sums = dict.fromkeys(("policy_loss", "kl", "entropy", "clipfrac", "approx_kl", "ratio", "tokens"), 0.0)
+    grad_norms: list[float] = []
+    lr = 0.0
+    steps_total = cfg.updates * cfg.epochs * cfg.mini_batches  # the LR schedule runs per optimiser step
+    order_rng = np.random.default_rng([cfg.seed, run.rank, update])
+    for epoch in range(cfg.epochs):
+        order = order_rng.permutation(len(seqs)).tolist()
+        for mb in range(cfg.mini_batches):
+            done = (update * cfg.epochs + epoch) * cfg.mini_batches + mb
+            lr = run.set_lr(done / steps_total, 1.0 / steps_total)
+            mine = [seqs[i] for i in order[mb::cfg.mini_batches]]
+            plan = micro_batch_plan(acc, len(mine), cfg.micro_batch_size)
+            denom = global_denominator(acc, mine, cfg.loss_agg)
+            for i, batch in enumerate(plan):
+                last = i == len(plan) - 1
+                chunk = [mine[j] for j in batch.indices] if batch.indices else filler
+                with acc.autocast():  # the rollout's autocast state: the cache's features match
+                    inputs, start, tens = batch_tensors(turns, chunk, device, vision)
+                width = inputs["input_ids"].shape[1]
+                old = padded([s.old_logp for s in chunk], width, device)
+                ref = padded([s.ref_logp for s in chunk], width, device) if cfg.kl_coef > 0 else None
+                mask = tens["mask"] * batch.weight
+                with run.micro_step(last), acc.autocast():
+                    sc = score_tokens(model, inputs, start, cfg.sampling.temperature, with_entropy=True,
+                                      entropy_grad=cfg.entropy_coef > 0)
+                    # L = −min(ρA, clip(ρ, 1±ε)A) + β·k3(π, π_ref) − c_H·H, reduced by loss_agg
+                    pg, st = losses.clipped_policy_loss(sc.logp, old, tens["advantages"], cfg.clip)
+                    kl = losses.k3_kl(sc.logp, ref) if ref is not None else torch.zeros_like(pg)
+                    per_token = pg + cfg.kl_coef * kl
+                    if cfg.entropy_coef > 0:
+                        per_token = per_token - cfg.entropy_coef * sc.entropy
+                    total, _ = losses.loss_sum_and_count(per_token, mask, cfg.loss_agg)
+                    acc.backward(total * run.world / denom)  # (× world: DDP averages the processes' gradients)
+                    if last and (norm := run.optimizer_step()) is not None:
+                        grad_norms.append(norm)
+                with torch.no_grad():
+                    sums["tokens"] += float(mask.sum())
+                    for key, value in (("policy_loss", pg), ("kl", kl), ("clipfrac", st["clipped"]),
+                                       ("approx_kl", st["approx_kl"]), ("ratio", st["ratio"])):
+                        sums[key] += float(losses.masked_sum(value.float(), mask))
+                    sums["entropy"] += float(losses.masked_sum(sc.entropy.detach(), mask))
+    return sums, grad_norms, lr
+
+
 # ------------------------------------------------------------------------------------------ train
 def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """Run GRPO; returns the final summary (also ``OUTPUT/summary.json``). ``stop_after`` ends the run
     after that many updates as if killed (no final save) — how the tests check exact resume. ``prebuilt``
     = ``(model, processor)`` built by the caller replaces ``cfg.model.path`` (the speed benchmark's random
     11B-sized model, never written to disk)."""
-    # --- setup
-    accelerator, out = start_run(cfg, cfg.micro_batch_size)
-    world, rank = accelerator.num_processes, accelerator.process_index
-    t_start = time.perf_counter()
+    run = Run(cfg, cfg.micro_batch_size, rl=True)
+    acc, rank = run.accelerator, run.rank
 
     # --- task
     suite, options, episodes = task_episodes(cfg.task, {"distance": "geodesic"} if cfg.geodesic_progress else None)
 
-    # --- model, reference, optimiser, schedule
-    model, processor, model_meta = load_policy_model(cfg, prebuilt)
+    # --- model, reference, optimiser
+    model, processor, model_meta = run.load_model(prebuilt)
     model_type = model.config.model_type
     reference = None
     if cfg.kl_coef > 0 and not cfg.model.lora.enabled:
         reference = copy.deepcopy(model).eval().requires_grad_(False)  # the frozen SFT policy π_ref
-    model = prepare_trainable(model, cfg.model)
-    trainable, total_params = count_parameters(model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(accelerator, params, cfg)
-    steps_total = cfg.updates * cfg.epochs * cfg.mini_batches
-
-    model, optimizer = accelerator.prepare(model, optimizer)
-    set_lr = lr_setter(optimizer, cfg.optim, steps_total)  # per optimiser step of the run
+    model, optimizer = run.prepare(prepare_trainable(model, cfg.model))
     if reference is not None:
-        reference.to(accelerator.device)
+        reference.to(acc.device)
     turns = TurnTokenizer(processor, model_type)
     sampling = SamplingParams(temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
                               max_new_tokens=cfg.sampling.max_new_tokens)
     max_gen_batch = cfg.sampling.max_batch_size or None
 
-    # --- prompts (single) or env slots (multi)
+    # --- prompts (single) or env slots (multi); held-out expert states for the action-match diagnostic
     prompts: list[ExpertPrompt] = []
     pool: EnvPool | None = None
     if cfg.mode == "single":
         chosen = episodes[: cfg.single.expert_episodes] if cfg.single.expert_episodes > 0 else episodes
         prompts = expert_prompts(suite, options, chosen)
-        next_items = episode_sampler(len(prompts), cfg.seed, rank, world)
+        next_items = episode_sampler(len(prompts), cfg.seed, rank, run.world)
     else:
         pool = EnvPool(suite, options, turns, cfg.tasks_per_update * cfg.group_size, cfg.task.max_turns,
                        cfg.task.max_tokens, env_threads(cfg.task))
-        next_items = episode_sampler(len(episodes), cfg.seed, rank, world)
+        next_items = episode_sampler(len(episodes), cfg.seed, rank, run.world)
     per_update = cfg.single.prompts_per_update if cfg.mode == "single" else cfg.tasks_per_update
-    heldout: list[ExpertPrompt] = []
-    if cfg.action_match.every > 0:
-        held_options = dict(options)
-        held_options.update(cfg.action_match.options)
-        if cfg.action_match.split is not None:
-            held_options["split"] = cfg.action_match.split
-        heldout = expert_prompts(suite, held_options, suite.episodes(held_options)[: cfg.action_match.episodes])
+    heldout = heldout_prompts(cfg, suite, options)
 
     # --- resume
-    update = 0
-    counters = {"env_steps": 0, "episodes": 0}
-    resume_from = find_resume_checkpoint(cfg.output_dir, cfg.checkpoint.resume)
-    if resume_from is not None:
-        state = load_checkpoint(accelerator, resume_from)
-        if state.get("world_size") != world or state.get("mode") != cfg.mode:
-            raise DataError(f"{resume_from}: cannot resume, it was written by world_size={state.get('world_size')} "
-                            f"mode={state.get('mode')} (now {world}, {cfg.mode}); use a new output_dir")
-        update = int(state["update"])
-        counters.update(state.get("counters", {}))
-
-    tracker = Tracker(accelerator, out, cfg.logging, cfg)
-    tracker.log(update, {"setup/params_trainable": trainable, "setup/params_total": total_params,
-                         "setup/processes": world, "setup/episodes": len(episodes), "setup/prompts": len(prompts),
-                         "setup/resumed_from_update": update})
+    state = run.resume({"mode": cfg.mode})
+    update = int(state["update"]) if state is not None else 0
+    counters = {"env_steps": 0, "episodes": 0, **(state or {}).get("counters", {})}
+    run.start_tracker(update, {"setup/episodes": len(episodes), "setup/prompts": len(prompts),
+                               "setup/resumed_from_update": update})
 
     def save(at: int) -> None:
-        state = {"update": at, "world_size": world, "mode": cfg.mode, "counters": dict(counters),
-                 "config": config_to_dict(cfg)}
-        save_checkpoint(accelerator, model, processor, out, at, state, cfg.checkpoint.keep_last)
+        run.checkpoint(at, {"update": at, "mode": cfg.mode, "counters": dict(counters)})
 
     last: dict[str, float] = {}
-    stopped_early = False
-    unwrapped = accelerator.unwrap_model(model)
+    unwrapped = acc.unwrap_model(model)
     merged = merged_rollout(cfg.sampling, unwrapped)
-    while update < cfg.updates:
+    while update < cfg.updates and not run.out_of_time():
         t0 = time.perf_counter()
         # 1. rollout (the in-training model samples; eval mode, no grad)
-        generator = rollout_generator(cfg.seed, rank, update, accelerator.device)  # sampling runs on the model's device
+        generator = rollout_generator(cfg.seed, rank, update, acc.device)  # sampling runs on the model's device
         unwrapped.eval()
         items = next_items(update * per_update, per_update)
         vision_cache = rollout_vision_cache(unwrapped, cfg.sampling)
         policy = rollout_model(merged, unwrapped)
-        with accelerator.autocast():
+        with acc.autocast():
             if cfg.mode == "single":
-                trajs = rollout_single(turns, [prompts[i] for i in items], cfg.group_size, update, policy,
-                                       sampling, generator, cfg.single.reward, max_gen_batch, vision_cache,
-                                       cfg.sampling.kv_cache)
+                trajs = rollout_single(turns, [prompts[i] for i in items], cfg.group_size, update, policy, sampling,
+                                       generator, cfg.single.reward, max_gen_batch, vision_cache, cfg.sampling.kv_cache)
             else:
                 assert pool is not None
                 trajs = rollout_multi(pool, [episodes[i] for i in items], cfg.group_size, update, policy,
@@ -375,61 +331,14 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
             or [Sequence(trajs[0].segments[0], [0.0] * len(trajs[0].segments[0].response_ids))]
 
         # 3. old-policy and reference log-probs
-        micro = cfg.micro_batch_size
         scored = seqs if seqs else filler
-        pass_vision = scoring_vision(vision_cache, model, unwrapped)  # the same for old log-probs and training
-        fill_logprobs(unwrapped, turns, scored, micro, sampling.temperature, "old_logp", accelerator, pass_vision)
+        vision = scoring_vision(vision_cache, model, unwrapped)  # the same for old log-probs and training
+        fill_logprobs(unwrapped, turns, scored, cfg.micro_batch_size, sampling.temperature, "old_logp", acc, vision)
         if cfg.kl_coef > 0:
-            if reference is not None:
-                fill_logprobs(reference, turns, scored, micro, sampling.temperature, "ref_logp", accelerator)
-            else:  # LoRA: the reference is the base model, i.e. the adapters switched off
-                with unwrapped.disable_adapter():
-                    fill_logprobs(unwrapped, turns, scored, micro, sampling.temperature, "ref_logp", accelerator)
+            reference_logprobs(cfg, run, reference, turns, scored)
 
-        # 4. policy update: epochs × mini-batches, each an exact reduction over its micro-batches
-        model.train()
-        sums = dict.fromkeys(("policy_loss", "kl", "entropy", "clipfrac", "approx_kl", "ratio", "tokens"), 0.0)
-        grad_norms: list[float] = []
-        order_rng = np.random.default_rng([cfg.seed, rank, update])
-        for epoch in range(cfg.epochs):
-            order = order_rng.permutation(len(seqs)).tolist()
-            for mb in range(cfg.mini_batches):
-                lr = set_lr((update * cfg.epochs + epoch) * cfg.mini_batches + mb)
-                mine = [seqs[i] for i in order[mb::cfg.mini_batches]]
-                plan = micro_batch_plan(accelerator, len(mine), micro)
-                denom = global_denominator(accelerator, mine, cfg.loss_agg)
-                begin_accumulation(accelerator, len(plan))
-                for batch in plan:
-                    chunk = [mine[i] for i in batch.indices] if batch.indices else filler
-                    with accelerator.autocast():  # the rollout's autocast state: the cache's features match
-                        inputs, start, tens = batch_tensors(turns, chunk, accelerator.device, pass_vision)
-                    width = inputs["input_ids"].shape[1]
-                    old = padded([s.old_logp for s in chunk], width, accelerator.device)
-                    ref = padded([s.ref_logp for s in chunk], width, accelerator.device) if cfg.kl_coef > 0 else None
-                    mask = tens["mask"] * batch.weight
-                    with accelerator.accumulate(model), accelerator.autocast():
-                        sc = score_tokens(model, inputs, start, sampling.temperature, with_entropy=True,
-                                          entropy_grad=cfg.entropy_coef > 0)
-                        # L = −min(ρA, clip(ρ, 1±ε)A) + β·k3(π, π_ref) − c_H·H, reduced by loss_agg
-                        pg, st = losses.clipped_policy_loss(sc.logp, old, tens["advantages"], cfg.clip)
-                        kl = losses.k3_kl(sc.logp, ref) if ref is not None else torch.zeros_like(pg)
-                        per_token = pg + cfg.kl_coef * kl
-                        if cfg.entropy_coef > 0:
-                            per_token = per_token - cfg.entropy_coef * sc.entropy
-                        total, _ = losses.loss_sum_and_count(per_token, mask, cfg.loss_agg)
-                        backward_scaled(accelerator, total * world / denom, len(plan))
-                        if accelerator.sync_gradients and cfg.optim.max_grad_norm > 0:
-                            norm = accelerator.clip_grad_norm_(params, cfg.optim.max_grad_norm)
-                            if norm is not None:
-                                grad_norms.append(float(norm))
-                        optimizer.step()
-                        optimizer.zero_grad(set_to_none=True)
-                    with torch.no_grad():
-                        sums["tokens"] += float(mask.sum())
-                        for key, value in (("policy_loss", pg), ("kl", kl), ("clipfrac", st["clipped"]),
-                                           ("approx_kl", st["approx_kl"]), ("ratio", st["ratio"])):
-                            sums[key] += float(losses.masked_sum(value.float(), mask))
-                        sums["entropy"] += float(losses.masked_sum(sc.entropy.detach(), mask))
+        # 4. policy update
+        sums, grad_norms, lr = optimise(cfg, run, seqs, filler, turns, update, vision)
         update += 1
 
         # 5. metrics (averaged over processes, counters summed), evaluation, checkpoint
@@ -445,25 +354,25 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
         metrics.update(split)
         if grad_norms:
             metrics["train/grad_norm"] = float(np.mean(grad_norms))
-        metrics = reduce_metrics(accelerator, metrics, weights={"losses/": "losses/policy_tokens"})
-        last = metrics
-        if update % max(1, cfg.logging.every) == 0 or update == cfg.updates:
-            tracker.log(update, metrics)
-        if heldout and (update % cfg.action_match.every == 0 or update == cfg.updates):
+        last = reduce_metrics(acc, metrics, sum_prefixes=("charts/", "episodes/count"),
+                              weights={"losses/": "losses/policy_tokens", "episodes/": "episodes/count",
+                                       "rewards/": "episodes/count"})
+        ending = run.is_last(update, cfg.updates)
+        if update % max(1, cfg.logging.every) == 0 or ending:
+            run.log(update, last)
+        if heldout and (update % cfg.action_match.every == 0 or ending):
             unwrapped.eval()
-            with accelerator.autocast():
-                tracker.log(update, action_match(turns, heldout, unwrapped, sampling.max_new_tokens, cfg.single.reward,
-                                                 cfg.micro_batch_size * 4))
-        if finish_update(update, cfg, accelerator, model, processor, tracker, save, stop_after, t_start):
-            stopped_early = True
+            with acc.autocast():
+                run.log(update, action_match(turns, heldout, unwrapped, sampling.max_new_tokens, cfg.single.reward,
+                                             cfg.micro_batch_size * 4))
+        if run.after_update(update, ending, save, stop_after):
             break
 
     # --- end
     if pool is not None:
         pool.close()
-    return end_run(cfg, accelerator, model, processor, tracker, out, save, update=update, last=last, t_start=t_start,
-                   stopped_early=stopped_early,
-                   meta={**model_meta, "trained_by": f"spatialrl train grpo --mode {cfg.mode}"})
+    summary = {"update": update, "updates": cfg.updates, "finished": update >= cfg.updates, "last": last}
+    return run.end(update, summary, save, {**model_meta, "trained_by": f"spatialrl train grpo --mode {cfg.mode}"})
 
 
 def global_denominator(accelerator: Any, seqs: list[Sequence], mode: str) -> torch.Tensor:
@@ -477,23 +386,18 @@ def global_denominator(accelerator: Any, seqs: list[Sequence], mode: str) -> tor
 
 
 def rollout_metrics(trajs: list[Trajectory], zero_var: torch.Tensor, keep: list[bool]) -> dict[str, float]:
-    """Per-update rollout statistics (``docs/rl.md`` defines each key)."""
-    returns = np.array([t.total_reward for t in trajs], dtype=np.float64)
+    """Per-update rollout statistics (``docs/rl.md`` defines each key). Every trajectory ends within its
+    update, so the episode metrics are PPO's (``episodes/return_*``: trajectory returns, ``episodes/success``,
+    ``episodes/length_mean``, ``episodes/cut_rate``, ...); ``rollout/*`` adds GRPO's own."""
     groups = {t.group for t in trajs}
     zero_groups = {t.group for t, z in zip(trajs, zero_var.tolist(), strict=True) if z}
-    out = {
-        "rollout/reward_mean": float(returns.mean()),
-        "rollout/reward_std": float(returns.std()),
-        "rollout/reward_min": float(returns.min()),
-        "rollout/reward_max": float(returns.max()),
-        "rollout/success_rate": float(np.mean([t.success for t in trajs])),
-        "rollout/turns_mean": float(np.mean([t.num_turns for t in trajs])),
+    out = episode_metrics(trajs)
+    out.update({
         "rollout/response_tokens_mean": float(np.mean([sum(sum(s.response_mask) for s in t.segments) for t in trajs])),
         "rollout/segments_mean": float(np.mean([len(t.segments) for t in trajs])),
-        "rollout/cut_rate": float(np.mean([t.cut is not None for t in trajs])),
         "rollout/zero_variance_group_rate": len(zero_groups) / max(1, len(groups)),
         "rollout/kept_trajectories": float(sum(keep)),
         "rollout/trajectories": float(len(trajs)),
-    }
+    })
     out.update(reward_component_metrics(trajs))
     return out

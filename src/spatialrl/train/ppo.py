@@ -18,7 +18,7 @@ What one update does (``spec/training.md``; reference: ``rl/trainer/{llama_train
    V(s) = ValueHead(final hidden state of the last prompt token).
 3. **GAE** (γ 0.9, λ 0.95): δ_t = r_t + γ V_{t+1}(1 − end_t) − V_t, A_t = δ_t + γλ(1 − end_t)A_{t+1},
    R_t = A_t + V_t; A normalised.
-4. **Update**: ``ppo_epochs`` passes over the shuffled steps in micro-batches of ``minibatch_size``,
+4. **Update**: ``epochs`` passes over the shuffled steps in micro-batches of ``micro_batch_size``,
    ``grad_accum`` of them per optimiser step:
 
        ρ = exp(log π(a|s) − log π_old(a|s))
@@ -35,7 +35,9 @@ What one update does (``spec/training.md``; reference: ``rl/trainer/{llama_train
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,44 +47,18 @@ from spatialrl.agents.base import SamplingParams
 from spatialrl.errors import DataError
 from spatialrl.io import atomic_write_bytes
 from spatialrl.models.value_head import ValueHead, hidden_size_of
-from spatialrl.rollout.trajectory import Segment, TurnTokenizer
+from spatialrl.rollout.trajectory import Segment, Trajectory, TurnTokenizer
 from spatialrl.train import losses
 from spatialrl.train.agent_loop import EnvPool, Step
-from spatialrl.train.common import (
-    Tracker,
-    count_parameters,
-    find_resume_checkpoint,
-    list_checkpoints,
-    load_checkpoint,
-    prepare_trainable,
-    save_checkpoint,
-)
-from spatialrl.train.config import config_to_dict
+from spatialrl.train.common import list_checkpoints, prepare_trainable
 from spatialrl.train.merged_rollout import merged_rollout, rollout_model
+from spatialrl.train.metrics import episode_metrics, reduce_metrics, reward_component_metrics, stats
 from spatialrl.train.policy_ops import collate_inputs, score_tokens, token_char_ends
-from spatialrl.train.rl_common import (
-    backward_scaled,
-    begin_accumulation,
-    end_run,
-    env_threads,
-    episode_metrics,
-    episode_sampler,
-    finish_update,
-    load_policy_model,
-    lr_setter,
-    make_optimizer,
-    reduce_metrics,
-    reward_component_metrics,
-    rollout_generator,
-    rollout_vision_cache,
-    scoring_vision,
-    start_run,
-    stats,
-    task_episodes,
-    vision_cache_metrics,
-)
 from spatialrl.train.rl_config import PPOConfig
+from spatialrl.train.run import Run
 from spatialrl.train.safe_state import load_state, state_bytes
+from spatialrl.train.task_stream import env_threads, episode_sampler, rollout_generator, task_episodes
+from spatialrl.train.vision_cache_policy import rollout_vision_cache, scoring_vision, vision_cache_metrics
 
 ROLLOUT_DIR = "rollout_state"
 
@@ -133,7 +109,7 @@ def batch_inputs(turns: TurnTokenizer, samples: list[Sample], device: Any, visio
     return inputs, start, weights, positions
 
 
-def evaluate(model: Any, head: Any, turns: TurnTokenizer, samples: list[Sample], temperature: float,
+def forward_samples(model: Any, head: Any, turns: TurnTokenizer, samples: list[Sample], temperature: float,
              with_entropy: bool, device: Any, entropy_grad: bool = True, vision: tuple[Any, Any] | None = None,
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(action log-probs ``(B,)``, values ``(B,)``, mean answer-token entropy ``(B,)`` or None)."""
@@ -157,264 +133,302 @@ def epoch_micro_batches(n: int, size: int, shuffle: str, rng: np.random.Generato
     return [order[i:i + size] for i in range(0, n, size)]
 
 
+# ------------------------------------------------------------------------------------------ episodes
+class EpisodeFeed:
+    """This process's env slots and the endless episode stream that refills them, plus what a checkpoint
+    keeps of them (in-flight episodes, counters) so a resumed run continues the same token streams."""
+
+    def __init__(self, pool: EnvPool, episodes: list[Any], take: Callable[[int, int], list[int]]):
+        self.pool, self.episodes, self.take = pool, episodes, take
+        self.counters: dict[str, int] = {"episodes_started": 0, "env_steps": 0, "episodes_done": 0}
+        self.last_step: dict[int, Step] = {}  # id(trajectory) -> its latest stored step in this update
+
+    def refill(self) -> None:
+        idle = [i for i, slot in enumerate(self.pool.slots) if slot.spec is None]
+        k = self.counters["episodes_started"]
+        picks = self.take(k, len(idle)) if idle else []
+        self.pool.start_many([(i, self.episodes[j], None) for i, j in zip(idle, picks, strict=True)])
+        self.counters["episodes_started"] = k + len(idle)
+
+    def on_cut(self, trajectory: Trajectory) -> None:
+        """An episode cut before sampling ends at its last stored step."""
+        step = self.last_step.get(id(trajectory))
+        if step is not None:
+            step.ended = True
+
+    def save(self, path: Path) -> None:
+        atomic_write_bytes(path, state_bytes({"slots": self.pool.snapshot(), "counters": dict(self.counters)}))
+
+    def restore(self, path: Path) -> None:
+        saved = load_state(path)  # weights_only: a copied run folder cannot run code
+        self.counters.update(saved["counters"])
+        for i, item in enumerate(saved["slots"]):
+            if item is not None:
+                spec, answers, trajectory = item
+                self.pool.start(i, spec, resume=(answers, trajectory))
+
+
+@dataclass
+class Update:
+    """What one update collected and computed: ``steps[t][n]`` is slot n's step at turn t."""
+
+    steps: list[list[Step]]
+    finished: list[Trajectory]
+    seconds: dict[str, float]
+    t_collect: float
+    samples: list[list[Sample]] = field(default_factory=list)
+    rewards: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+
+    @property
+    def flat(self) -> list[Sample]:
+        return [x for row in self.samples for x in row]
+
+
+# ------------------------------------------------------------------------------------------ steps
+def collect(cfg: PPOConfig, feed: EpisodeFeed, policy: Any, sampling: SamplingParams, generator: torch.Generator,
+            vision_cache: Any, say: Callable[[str], None] | None) -> Update:
+    """1. ``num_steps`` env steps: every turn, refill idle slots and step all of them with one generate."""
+    t0 = time.perf_counter()
+    rows = cfg.num_steps // cfg.num_envs
+    storage: list[list[Step]] = []
+    finished: list[Trajectory] = []
+    feed.last_step.clear()
+    for _ in range(rows):
+        row: dict[int, Step] = {}
+        for _attempt in range(2):  # a slot cut before sampling (token budget) is refilled and retried
+            feed.refill()
+            todo = [i for i in range(cfg.num_envs) if i not in row]
+            steps, done = feed.pool.turn(policy, sampling, generator, slots=todo, on_cut=feed.on_cut,
+                                         max_batch_size=cfg.sampling.max_batch_size or None,
+                                         vision_cache=vision_cache, kv_cache=cfg.sampling.kv_cache)
+            finished.extend(done)
+            row.update({s.slot: s for s in steps})
+            if len(row) == cfg.num_envs:
+                break
+        else:
+            raise DataError(f"task.max_tokens={cfg.task.max_tokens}: a fresh episode's prompt plus "
+                            f"sampling.max_new_tokens={sampling.max_new_tokens} does not fit; raise it")
+        for s in row.values():
+            feed.last_step[id(s.trajectory)] = s
+        storage.append([row[i] for i in range(cfg.num_envs)])
+        if say and rows > 1:
+            say(f"turn {len(storage)}/{rows} sampled at {time.perf_counter() - t0:.1f} s")
+    t_collect = time.perf_counter() - t0
+    seconds = feed.pool.take_seconds()
+    if say:
+        say(f"collected {rows * cfg.num_envs} steps in {t_collect:.1f} s ("
+            + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()) + ")")
+    return Update(storage, finished, seconds, t_collect)
+
+
+@torch.no_grad()
+def score(cfg: PPOConfig, run: Run, upd: Update, model: Any, head: Any, turns: TurnTokenizer, pool: EnvPool,
+          vision: tuple[Any, Any] | None) -> torch.Tensor:
+    """2. Old log-probs and values of every step (into the samples), and the bootstrap values of the
+    slots' next states (returned)."""
+    temperature, micro = cfg.sampling.temperature, cfg.micro_batch_size
+    upd.samples = [[make_sample(s, turns.tokenizer, cfg) for s in row] for row in upd.steps]
+    flat = upd.flat
+    for lo in range(0, len(flat), micro):
+        chunk = flat[lo:lo + micro]
+        logp, value, _ = forward_samples(model, head, turns, chunk, temperature, False, run.device, vision=vision)
+        for s, lp, v in zip(chunk, logp.tolist(), value.tolist(), strict=True):
+            s.old_logp, s.value = lp, v
+    next_value = torch.zeros(cfg.num_envs)
+    live = [i for i, slot in enumerate(pool.slots) if slot.segment is not None]
+    for lo in range(0, len(live), micro):
+        idx = live[lo:lo + micro]
+        segs = [pool.slots[i].segment for i in idx]
+        inputs = turns.collate([(sg, len(sg)) for sg in segs], padding_side="right", device=run.device)
+        width = inputs["input_ids"].shape[1]
+        pos = torch.tensor([len(sg) - 1 for sg in segs], device=run.device)
+        start = min(min(len(sg) for sg in segs), width - 1)
+        sc = score_tokens(model, inputs, start, temperature, hidden_positions=pos, value_head=head)
+        next_value[idx] = sc.hidden.float().cpu()
+    return next_value
+
+
+def advantages(cfg: PPOConfig, upd: Update, next_value: torch.Tensor) -> None:
+    """3. GAE over the (steps, envs) grid; a step ends its episode if the env said so (or a cut)."""
+    upd.rewards = torch.tensor([[s.reward for s in row] for row in upd.steps])
+    # (reference quirk, opt-in: only termination stops GAE, so a truncated episode bootstraps into the
+    # next episode's first value)
+    ends = torch.tensor([[float(s.terminated if cfg.bootstrap_across_truncation else s.ended) for s in row]
+                         for row in upd.steps])
+    upd.values = torch.tensor([[x.value for x in row] for row in upd.samples])
+    upd.advantages, upd.returns = losses.compute_gae(upd.rewards, upd.values, ends, next_value, cfg.gamma,
+                                                     cfg.gae_lambda)
+    norm_adv = losses.normalize(upd.advantages) if cfg.normalize_advantages else upd.advantages
+    for t, row in enumerate(upd.samples):
+        for n, x in enumerate(row):
+            x.advantage, x.ret = float(norm_adv[t, n]), float(upd.returns[t, n])
+
+
+def optimise(cfg: PPOConfig, run: Run, flat: list[Sample], head: Any, turns: TurnTokenizer, update: int,
+             vision: tuple[Any, Any] | None, say: Callable[[str], None] | None, t0: float,
+             ) -> tuple[dict[str, float], list[float]]:
+    """4. ``epochs`` passes over the shuffled steps; ``grad_accum`` micro-batches per optimiser step.
+    Returns the sample-summed loss statistics (``n``: samples) and the gradient norms."""
+    model, acc, device = run.model, run.accelerator, run.device
+    model.train()
+    sums = dict.fromkeys(("action_loss", "value_loss", "entropy", "clipfrac", "approx_kl", "ratio", "n"), 0.0)
+    grad_norms: list[float] = []
+    order_rng = np.random.default_rng([cfg.seed, run.rank, update])
+    for epoch in range(cfg.epochs):
+        micro = epoch_micro_batches(len(flat), cfg.micro_batch_size, cfg.shuffle, order_rng)
+        for lo in range(0, len(micro), cfg.grad_accum):
+            group = micro[lo:lo + cfg.grad_accum]
+            for i, idx in enumerate(group):
+                last = i == len(group) - 1
+                chunk = [flat[j] for j in idx]
+                old_logp = torch.tensor([x.old_logp for x in chunk], device=device)
+                old_value = torch.tensor([x.value for x in chunk], device=device)
+                adv = torch.tensor([x.advantage for x in chunk], device=device)
+                ret = torch.tensor([x.ret for x in chunk], device=device)
+                with run.micro_step(last), acc.autocast():
+                    logp, value, entropy = forward_samples(model, head, turns, chunk, cfg.sampling.temperature, True,
+                                                           device, entropy_grad=cfg.entropy_coef > 0, vision=vision)
+                    pg, st = losses.clipped_policy_loss(logp, old_logp, adv, cfg.clip, cfg.ratio_guard)
+                    action_loss = pg.mean()
+                    value_loss = losses.clipped_value_loss(value, old_value, ret, cfg.value_clip).mean()
+                    loss = action_loss + cfg.value_coef * value_loss
+                    if cfg.entropy_coef > 0:
+                        loss = loss - cfg.entropy_coef * entropy.mean()
+                    acc.backward(loss / len(group))  # the mean over the optimiser step's micro-batches
+                    if last and (norm := run.optimizer_step()) is not None:
+                        grad_norms.append(norm)
+                k = len(chunk)
+                sums["n"] += k
+                sums["action_loss"] += float(action_loss.detach()) * k
+                sums["value_loss"] += float(value_loss.detach()) * k
+                sums["clipfrac"] += float(st["clipped"].sum())
+                sums["approx_kl"] += float(st["approx_kl"].sum())
+                sums["ratio"] += float(st["ratio"].sum())
+                if entropy is not None:
+                    sums["entropy"] += float(entropy.detach().sum())
+        if say:
+            say(f"epoch {epoch + 1}/{cfg.epochs} done at {time.perf_counter() - t0:.1f} s")
+    return sums, grad_norms
+
+
+def update_metrics(cfg: PPOConfig, run: Run, upd: Update, feed: EpisodeFeed, sums: dict[str, float],
+                   grad_norms: list[float], lr: float, t0: float, vision_cache: Any) -> dict[str, float]:
+    """5. The reference's metrics (``docs/rl.md`` defines each), combined over processes."""
+    n_samples = len(upd.flat)
+    feed.counters["env_steps"] += n_samples
+    feed.counters["episodes_done"] += len(upd.finished)
+    n = max(1.0, sums.pop("n"))
+    metrics = {f"losses/{k}": v / n for k, v in sums.items()}
+    metrics.update(stats("rollout/step_reward", upd.rewards))
+    metrics.update(stats("rollout/value", upd.values))
+    metrics.update(stats("rollout/return", upd.returns))
+    metrics.update(stats("rollout/advantage", upd.advantages))
+    metrics["losses/explained_variance"] = losses.explained_variance(upd.values.flatten(), upd.returns.flatten())
+    metrics.update(episode_metrics(upd.finished))
+    metrics.update(reward_component_metrics(upd.finished))
+    elapsed = time.perf_counter() - t0
+    metrics.update({"train/lr": lr, "train/collect_seconds": upd.t_collect, "train/update_seconds": elapsed,
+                    "train/samples_per_minute": 60.0 * n_samples / max(1e-9, time.perf_counter() - t0),
+                    "charts/env_steps": feed.counters["env_steps"], "charts/episodes": feed.counters["episodes_done"],
+                    "charts/update_samples": float(n_samples)})
+    metrics.update(vision_cache_metrics(vision_cache))
+    metrics.update({f"train/{k}_seconds": v for k, v in upd.seconds.items()})  # where the rollout went
+    if grad_norms:
+        metrics["train/grad_norm"] = float(np.mean(grad_norms))
+    return reduce_metrics(run.accelerator, metrics, sum_prefixes=("charts/", "train/samples_per_minute", "episodes/count"),
+                          weights={"episodes/": "episodes/count", "rewards/": "episodes/count"})
+
+
 # ------------------------------------------------------------------------------------------ train
 def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """Run PPO; returns the final summary (also ``OUTPUT/summary.json``). ``stop_after`` ends the run
     after that many updates as if killed (no final save) — how the tests check exact resume. ``prebuilt``
     = ``(model, processor)`` built by the caller replaces ``cfg.model.path`` (the speed benchmark's random
     11B-sized model, never written to disk)."""
-    # --- setup
-    accelerator, out = start_run(cfg, cfg.minibatch_size)
-    world, rank = accelerator.num_processes, accelerator.process_index
-    t_start = time.perf_counter()
+    run = Run(cfg, cfg.micro_batch_size, rl=True)
+    acc, out, rank = run.accelerator, run.out, run.rank
 
     # --- task: this process's endless stream of episodes
     suite, options, episodes = task_episodes(cfg.task)
-    next_episode = episode_sampler(len(episodes), cfg.seed, rank, world)
 
-    # --- model + value head (one module, so DeepSpeed/FSDP see a single model), optimiser, schedule
-    model, processor, model_meta = load_policy_model(cfg, prebuilt)
+    # --- model + value head (one module, so DeepSpeed/FSDP see a single model), optimiser
+    model, processor, model_meta = run.load_model(prebuilt)
     model_type = model.config.model_type
     model = prepare_trainable(model, cfg.model)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)  # the same head on every process
-        head = ValueHead(hidden_size_of(model), tuple(cfg.value_head_widths))
-    model.value_head = head  # a submodule: trained, checkpointed and sharded with the model
-    model._keys_to_ignore_on_save = [f"value_head.{k}" for k in head.state_dict()]  # not in the HF export
-    trainable, total_params = count_parameters(model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(accelerator, params, cfg)
-    period = cfg.lr_max_steps if cfg.lr_max_steps > 0 else cfg.updates
-
-    model, optimizer = accelerator.prepare(model, optimizer)
-    set_lr = lr_setter(optimizer, cfg.optim, period)  # stepped once per update (CosineAnnealingLR, T_max)
-    unwrapped = accelerator.unwrap_model(model)
-    value_head = unwrapped.value_head
+        model.value_head = ValueHead(hidden_size_of(model), tuple(cfg.value_head_widths))  # trained and checkpointed
+    run.export_skip = ("value_head.",)  # ... but not in the HF exports: it ships beside them (value_head.save)
+    model, optimizer = run.prepare(model)
+    period = cfg.lr_max_steps if cfg.lr_max_steps > 0 else cfg.updates  # cosine T_max, stepped once per update
+    unwrapped = acc.unwrap_model(model)
+    head = unwrapped.value_head
     merged = merged_rollout(cfg.sampling, unwrapped)
     turns = TurnTokenizer(processor, model_type)
-    tokenizer = turns.tokenizer
     sampling = SamplingParams(temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
                               max_new_tokens=cfg.sampling.max_new_tokens)
-    pool = EnvPool(suite, options, turns, cfg.num_envs, cfg.task.max_turns, cfg.task.max_tokens,
-                   env_threads(cfg.task))
-    rollout_state: dict[str, Any] = {"episodes_started": 0, "env_steps": 0, "episodes_done": 0}
+    pool = EnvPool(suite, options, turns, cfg.num_envs, cfg.task.max_turns, cfg.task.max_tokens, env_threads(cfg.task))
+    feed = EpisodeFeed(pool, episodes, episode_sampler(len(episodes), cfg.seed, rank, run.world))
 
-    # --- resume: weights/optimiser/RNG via accelerate, in-flight episodes via our rollout state
-    update = 0
-    resume_from = find_resume_checkpoint(cfg.output_dir, cfg.checkpoint.resume)
-    if resume_from is not None:
-        state = load_checkpoint(accelerator, resume_from)
-        for key, now in (("world_size", world), ("num_envs", cfg.num_envs)):
-            if state.get(key) != now:
-                raise DataError(f"{resume_from}: cannot resume, {key} was {state.get(key)} and is now {now}; "
-                                "use a new output_dir or checkpoint.resume=never")
-        update = int(state["update"])
-        path = out / ROLLOUT_DIR / f"update-{update:06d}-rank-{rank}.pt"
-        if not path.is_file():
-            raise DataError(f"{path}: missing; the checkpoint {resume_from} has no rollout state for rank {rank}")
-        saved = load_state(path)  # weights_only: a copied run folder cannot run code
-        rollout_state.update(saved["counters"])
-        for i, item in enumerate(saved["slots"]):
-            if item is not None:
-                spec, answers, trajectory = item
-                pool.start(i, spec, resume=(answers, trajectory))
+    # --- resume: weights/optimiser/RNG via accelerate, in-flight episodes via the feed's own file
+    def rollout_file(at: int) -> Path:
+        return out / ROLLOUT_DIR / f"update-{at:06d}-rank-{rank}.pt"
 
-    def refill() -> None:
-        idle = [i for i, slot in enumerate(pool.slots) if slot.spec is None]
-        k = rollout_state["episodes_started"]
-        picks = next_episode(k, len(idle)) if idle else []
-        pool.start_many([(i, episodes[j], None) for i, j in zip(idle, picks, strict=True)])
-        rollout_state["episodes_started"] = k + len(idle)
-
-    tracker = Tracker(accelerator, out, cfg.logging, cfg)
-    tracker.log(update, {"setup/params_trainable": trainable, "setup/params_total": total_params,
-                         "setup/processes": world, "setup/episodes": len(episodes),
-                         "setup/resumed_from_update": update})
+    state = run.resume({"num_envs": cfg.num_envs})
+    update = int(state["update"]) if state is not None else 0
+    if state is not None:
+        if not rollout_file(update).is_file():
+            raise DataError(f"{rollout_file(update)}: missing; the checkpoint has no rollout state for rank {rank}")
+        feed.restore(rollout_file(update))
+    run.start_tracker(update, {"setup/episodes": len(episodes), "setup/resumed_from_update": update})
 
     def save(at: int) -> None:
-        # Rollout state first (a checkpoint folder without it is never complete), then the checkpoint.
-        blob = {"slots": pool.snapshot(), "counters": dict(rollout_state)}
-        atomic_write_bytes(out / ROLLOUT_DIR / f"update-{at:06d}-rank-{rank}.pt", state_bytes(blob))
-        state = {"update": at, "world_size": world, "num_envs": cfg.num_envs, "config": config_to_dict(cfg)}
-        path = save_checkpoint(accelerator, model, processor, out, at, state, cfg.checkpoint.keep_last)
-        if accelerator.is_main_process:
-            value_head.save(path / "hf")
+        feed.save(rollout_file(at))  # first: a checkpoint folder without it is never complete
+        path = run.checkpoint(at, {"update": at, "num_envs": cfg.num_envs})
+        if acc.is_main_process:
+            head.save(path / "hf")
             kept = {p.name for p in list_checkpoints(out)}
             for f in (out / ROLLOUT_DIR).glob("update-*.pt"):
                 if f"step-{f.name.split('-')[1]}" not in kept:
                     f.unlink(missing_ok=True)
-        accelerator.wait_for_everyone()
+        acc.wait_for_everyone()
 
     last: dict[str, float] = {}
-    stopped_early = False
-    rows = cfg.num_steps // cfg.num_envs
-    last_step: dict[int, Step] = {}  # id(trajectory) -> its latest stored step in this update
-
-    def on_cut(trajectory) -> None:  # an episode cut before sampling ends at its last stored step
-        step = last_step.get(id(trajectory))
-        if step is not None:
-            step.ended = True
-
     first_update = update
-    while update < cfg.updates:
+    while update < cfg.updates and not run.out_of_time():
         t0 = time.perf_counter()
-        # 1. collect num_steps env steps: storage[t][n] is slot n's step at turn t of this update
         chatty = update == first_update or (update + 1) % max(1, cfg.logging.every) == 0
+        say = (lambda text, u=update: run.phase(u + 1, text)) if chatty else None
+        # 1. collect with the in-training model (eval mode, no grad)
         unwrapped.eval()
-        generator = rollout_generator(cfg.seed, rank, update, accelerator.device)  # sampling runs on the model's device
-        policy = rollout_model(merged, unwrapped)
-        storage: list[list[Step]] = []
+        generator = rollout_generator(cfg.seed, rank, update, acc.device)  # sampling runs on the model's device
         vision_cache = rollout_vision_cache(unwrapped, cfg.sampling)
-        last_step.clear()
-        finished = []
-        with accelerator.autocast():
-            for _ in range(rows):
-                row: dict[int, Step] = {}
-                for _attempt in range(2):  # a slot cut before sampling (token budget) is refilled and retried
-                    refill()
-                    todo = [i for i in range(cfg.num_envs) if i not in row]
-                    steps, done = pool.turn(policy, sampling, generator, slots=todo, on_cut=on_cut,
-                                            max_batch_size=cfg.sampling.max_batch_size or None,
-                                            vision_cache=vision_cache, kv_cache=cfg.sampling.kv_cache)
-                    finished.extend(done)
-                    row.update({s.slot: s for s in steps})
-                    if len(row) == cfg.num_envs:
-                        break
-                else:
-                    raise DataError(f"task.max_tokens={cfg.task.max_tokens}: a fresh episode's prompt plus "
-                                    f"sampling.max_new_tokens={sampling.max_new_tokens} does not fit; raise it")
-                for s in row.values():
-                    last_step[id(s.trajectory)] = s
-                storage.append([row[i] for i in range(cfg.num_envs)])
-                if chatty and rows > 1:
-                    tracker.phase(update + 1, f"turn {len(storage)}/{rows} sampled at {time.perf_counter() - t0:.1f} s")
-        t_collect = time.perf_counter() - t0
-        seconds = pool.take_seconds()
-        split = {f"train/{k}_seconds": v for k, v in seconds.items()}  # where the rollout went
-        if chatty:
-            tracker.phase(update + 1, f"collected {rows * cfg.num_envs} steps in {t_collect:.1f} s ("
-                          + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()) + ")")
-
-        # 2. score every step (old log-probs, values) and the bootstrap values of the next states
-        samples = [[make_sample(s, tokenizer, cfg) for s in row] for row in storage]
-        flat = [x for row in samples for x in row]
-        pass_vision = scoring_vision(vision_cache, model, unwrapped)  # the same for scoring and training
-        with torch.no_grad(), accelerator.autocast():
-            for lo in range(0, len(flat), cfg.minibatch_size):
-                chunk = flat[lo:lo + cfg.minibatch_size]
-                logp, value, _ = evaluate(unwrapped, value_head, turns, chunk, sampling.temperature, False,
-                                          accelerator.device, vision=pass_vision)
-                for s, lp, v in zip(chunk, logp.tolist(), value.tolist(), strict=True):
-                    s.old_logp, s.value = lp, v
-            next_value = torch.zeros(cfg.num_envs)
-            live = [i for i, slot in enumerate(pool.slots) if slot.segment is not None]
-            for lo in range(0, len(live), cfg.minibatch_size):
-                idx = live[lo:lo + cfg.minibatch_size]
-                segs = [pool.slots[i].segment for i in idx]
-                inputs = turns.collate([(sg, len(sg)) for sg in segs], padding_side="right", device=accelerator.device)
-                width = inputs["input_ids"].shape[1]
-                pos = torch.tensor([len(sg) - 1 for sg in segs], device=accelerator.device)
-                start = min(min(len(sg) for sg in segs), width - 1)
-                sc = score_tokens(unwrapped, inputs, start, sampling.temperature, hidden_positions=pos,
-                                  value_head=value_head)
-                next_value[idx] = sc.hidden.float().cpu()
-
-        if chatty:
-            tracker.phase(update + 1, f"scored {len(flat)} steps in {time.perf_counter() - t0 - t_collect:.1f} s")
-
-        # 3. GAE over the (steps, envs) grid; a step ends its episode if the env said so
-        rewards = torch.tensor([[s.reward for s in row] for row in storage])
-        # (reference quirk, opt-in: only termination stops GAE, so a truncated episode bootstraps into
-        # the next episode's first value)
-        ends = torch.tensor([[float(s.terminated if cfg.bootstrap_across_truncation else s.ended) for s in row]
-                             for row in storage])
-        values = torch.tensor([[x.value for x in row] for row in samples])
-        advantages, returns = losses.compute_gae(rewards, values, ends, next_value, cfg.gamma, cfg.gae_lambda)
-        norm_adv = losses.normalize(advantages) if cfg.normalize_advantages else advantages
-        for t, row in enumerate(samples):
-            for n, x in enumerate(row):
-                x.advantage, x.ret = float(norm_adv[t, n]), float(returns[t, n])
-
-        # 4. PPO epochs over shuffled steps; grad_accum micro-batches per optimiser step
-        lr = set_lr(update)
-        model.train()
-        sums = dict.fromkeys(("action_loss", "value_loss", "entropy", "clipfrac", "approx_kl", "ratio", "n"), 0.0)
-        grad_norms: list[float] = []
-        order_rng = np.random.default_rng([cfg.seed, rank, update])
-        for epoch in range(cfg.ppo_epochs):
-            micro = epoch_micro_batches(len(flat), cfg.minibatch_size, cfg.shuffle, order_rng)
-            for lo in range(0, len(micro), cfg.grad_accum):
-                group = micro[lo:lo + cfg.grad_accum]
-                begin_accumulation(accelerator, len(group))
-                for idx in group:
-                    chunk = [flat[i] for i in idx]
-                    old_logp = torch.tensor([x.old_logp for x in chunk], device=accelerator.device)
-                    old_value = torch.tensor([x.value for x in chunk], device=accelerator.device)
-                    adv = torch.tensor([x.advantage for x in chunk], device=accelerator.device)
-                    ret = torch.tensor([x.ret for x in chunk], device=accelerator.device)
-                    with accelerator.accumulate(model), accelerator.autocast():
-                        logp, value, entropy = evaluate(model, value_head, turns, chunk, sampling.temperature, True,
-                                                        accelerator.device, entropy_grad=cfg.entropy_coef > 0,
-                                                        vision=pass_vision)
-                        pg, st = losses.clipped_policy_loss(logp, old_logp, adv, cfg.clip, cfg.ratio_guard)
-                        action_loss = pg.mean()
-                        value_loss = losses.clipped_value_loss(value, old_value, ret, cfg.value_clip).mean()
-                        loss = action_loss + cfg.value_coef * value_loss
-                        if cfg.entropy_coef > 0:
-                            loss = loss - cfg.entropy_coef * entropy.mean()
-                        backward_scaled(accelerator, loss / len(group), len(group))
-                        if accelerator.sync_gradients and cfg.optim.max_grad_norm > 0:
-                            norm = accelerator.clip_grad_norm_(params, cfg.optim.max_grad_norm)
-                            if norm is not None:
-                                grad_norms.append(float(norm))
-                        optimizer.step()
-                        optimizer.zero_grad(set_to_none=True)
-                    k = len(chunk)
-                    sums["n"] += k
-                    sums["action_loss"] += float(action_loss.detach()) * k
-                    sums["value_loss"] += float(value_loss.detach()) * k
-                    sums["clipfrac"] += float(st["clipped"].sum())
-                    sums["approx_kl"] += float(st["approx_kl"].sum())
-                    sums["ratio"] += float(st["ratio"].sum())
-                    if entropy is not None:
-                        sums["entropy"] += float(entropy.detach().sum())
-            if chatty:
-                tracker.phase(update + 1, f"epoch {epoch + 1}/{cfg.ppo_epochs} done at {time.perf_counter() - t0:.1f} s")
+        with acc.autocast():
+            upd = collect(cfg, feed, rollout_model(merged, unwrapped), sampling, generator, vision_cache, say)
+        # 2. score; 3. GAE
+        vision = scoring_vision(vision_cache, model, unwrapped)  # the same for scoring and training
+        with acc.autocast():
+            next_value = score(cfg, run, upd, unwrapped, head, turns, pool, vision)
+        if say:
+            say(f"scored {len(upd.flat)} steps in {time.perf_counter() - t0 - upd.t_collect:.1f} s")
+        advantages(cfg, upd, next_value)
+        # 4. PPO epochs
+        lr = run.set_lr(update / period, 1.0 / period)
+        sums, grad_norms = optimise(cfg, run, upd.flat, head, turns, update, vision, say, t0)
         update += 1
-
-        # 5. metrics (the reference's list; docs/rl.md defines each), checkpoint
-        rollout_state["env_steps"] += len(flat)
-        rollout_state["episodes_done"] += len(finished)
-        n = max(1.0, sums.pop("n"))
-        metrics = {f"losses/{k}": v / n for k, v in sums.items()}
-        metrics.update(stats("rollout/reward", rewards))
-        metrics.update(stats("rollout/value", values))
-        metrics.update(stats("rollout/return", returns))
-        metrics.update(stats("rollout/advantage", advantages))
-        metrics["losses/explained_variance"] = losses.explained_variance(values.flatten(), returns.flatten())
-        metrics.update(episode_metrics(finished))
-        metrics.update(reward_component_metrics(finished))
-        metrics.update({"train/lr": lr, "train/collect_seconds": t_collect,
-                        "train/update_seconds": time.perf_counter() - t0,
-                        "train/samples_per_minute": 60.0 * len(flat) / max(1e-9, time.perf_counter() - t0),
-                        "charts/env_steps": rollout_state["env_steps"], "charts/episodes": rollout_state["episodes_done"],
-                        "charts/update_samples": float(len(flat))})
-        metrics.update(vision_cache_metrics(vision_cache))
-        metrics.update(split)
-        if grad_norms:
-            metrics["train/grad_norm"] = float(np.mean(grad_norms))
-        metrics = reduce_metrics(accelerator, metrics,
-                                 sum_prefixes=("charts/", "train/samples_per_minute", "episodes/count"),
-                                 weights={"episodes/": "episodes/count", "rewards/": "episodes/count"})
-        last = metrics
-        if update % max(1, cfg.logging.every) == 0 or update == cfg.updates:
-            tracker.log(update, metrics)
-        if finish_update(update, cfg, accelerator, model, processor, tracker, save, stop_after, t_start):
-            stopped_early = True
+        # 5. metrics, eval, checkpoint
+        last = update_metrics(cfg, run, upd, feed, sums, grad_norms, lr, t0, vision_cache)
+        ending = run.is_last(update, cfg.updates)
+        if update % max(1, cfg.logging.every) == 0 or ending:
+            run.log(update, last)
+        if run.after_update(update, ending, save, stop_after):
             break
 
     # --- end
     pool.close()
-    return end_run(cfg, accelerator, model, processor, tracker, out, save, update=update, last=last, t_start=t_start,
-                   stopped_early=stopped_early, meta={**model_meta, "trained_by": "spatialrl train ppo"},
-                   export_extra=value_head.save)  # the critic ships beside the exported model
+    summary = {"update": update, "updates": cfg.updates, "finished": update >= cfg.updates, "last": last}
+    return run.end(update, summary, save, {**model_meta, "trained_by": "spatialrl train ppo"},
+                   export_extra=head.save)  # the critic ships beside the exported model

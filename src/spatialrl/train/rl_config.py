@@ -8,7 +8,7 @@ No torch import here, so ``spatialrl train ppo --help-config`` stays fast.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from spatialrl.train.config import (
     CheckpointConfig,
@@ -84,9 +84,18 @@ def _rl_optim(lr: float, eps: float, max_grad_norm: float) -> OptimConfig:
                        min_lr_ratio=0.0, max_grad_norm=max_grad_norm)
 
 
+def _time_budget_field() -> Any:
+    return field(default=0.0, metadata=_help(
+        "End the run after this much training time, counted across resumes (0 = no budget): last checkpoint, "
+        "final model and eval as at the last update. Not bit-reproducible."))
+
+
 # ------------------------------------------------------------------------------------------- PPO
 @dataclass
 class PPOConfig:
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {"ppo_epochs": "epochs", "minibatch_size": "micro_batch_size",
+                                              "time_limit_minutes": "time_budget_minutes"}
+
     output_dir: str = field(default="runs/ppo", metadata=_help("Checkpoints, logs, final model."))
     seed: int = field(default=42, metadata=_help("Seeds everything; each process draws its episodes and samples from (seed, rank) (SFTvsRL: seed 42 + rank)."))
     updates: int = field(default=15, metadata=_help("PPO updates (SFTvsRL V-IRL scripts: 15)."))
@@ -94,8 +103,8 @@ class PPOConfig:
                                                     "generate (the reference ran 1)."))
     num_steps: int = field(default=256, metadata=_help("Env steps collected per process per update (all slots "
                                                        "together; SFTvsRL: 256). Must divide by num_envs."))
-    ppo_epochs: int = field(default=4, metadata=_help("Passes over the collected steps per update (4)."))
-    minibatch_size: int = field(default=1, metadata=_help("Steps per forward pass (reference: 1)."))
+    epochs: int = field(default=4, metadata=_help("Passes over the collected steps per update (SFTvsRL ppo_epoch 4)."))
+    micro_batch_size: int = field(default=1, metadata=_help("Steps per forward pass (SFTvsRL mini_batch_size: 1)."))
     grad_accum: int = field(default=128, metadata=_help("Forward passes per optimiser step (SFTvsRL: 128)."))
     shuffle: str = field(
         default="samples",
@@ -130,7 +139,7 @@ class PPOConfig:
                        "bootstraps from the next episode's first value. Default: truncation ends the episode."),
     )
     lr_max_steps: int = field(default=20, metadata=_help("Cosine period T_max in updates (SFTvsRL: 20; 0 = updates)."))
-    time_limit_minutes: float = field(default=0.0, metadata=_help("Checkpoint and stop after this long (0 = no limit)."))
+    time_budget_minutes: float = _time_budget_field()
     optimizer_offload: bool = _optimizer_offload_field()
     offload_master_weights: bool = _offload_master_field()
     value_head_widths: list[int] = field(default_factory=lambda: [1024, 512],
@@ -144,7 +153,7 @@ class PPOConfig:
     eval: ClosedLoopEvalConfig = field(default_factory=ClosedLoopEvalConfig)
 
     def __post_init__(self) -> None:
-        _positive(self, "updates", "num_envs", "num_steps", "ppo_epochs", "minibatch_size", "grad_accum")
+        _positive(self, "updates", "num_envs", "num_steps", "epochs", "micro_batch_size", "grad_accum")
         if self.num_steps % self.num_envs:
             raise ConfigError(f"num_steps ({self.num_steps}) must be a multiple of num_envs ({self.num_envs})")
         if self.shuffle not in ("samples", "batches"):
@@ -188,6 +197,8 @@ class ActionMatchConfig:
 
 @dataclass
 class GRPOConfig:
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {"time_limit_minutes": "time_budget_minutes"}
+
     output_dir: str = field(default="runs/grpo", metadata=_help("Checkpoints, logs, final model."))
     seed: int = field(default=0, metadata=_help("Seeds everything; each process draws its tasks and samples from (seed, rank)."))
     mode: Literal["single", "multi"] = field(
@@ -216,7 +227,7 @@ class GRPOConfig:
     step_weight: float = field(default=1.0, metadata=_help("Weight of the step advantage (GiGPO step_advantage_w 1.0)."))
     step_gamma: float = field(default=0.95, metadata=_help("Discount of step returns for step groups (GiGPO γ 0.95)."))
     geodesic_progress: bool = field(default=False, metadata=_help("TVR: progress reward on walking distance (task option distance=geodesic)."))
-    time_limit_minutes: float = field(default=0.0, metadata=_help("Checkpoint and stop after this long (0 = no limit)."))
+    time_budget_minutes: float = _time_budget_field()
     optimizer_offload: bool = _optimizer_offload_field()
     offload_master_weights: bool = _offload_master_field()
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -247,6 +258,8 @@ def _positive(cfg: Any, *names: str) -> None:
 
 
 def _check_common(cfg: Any) -> None:
+    if not cfg.time_budget_minutes >= 0:
+        raise ConfigError(f"time_budget_minutes: must be >= 0, got {cfg.time_budget_minutes}")
     if cfg.checkpoint.keep_last < 1:
         raise ConfigError(f"checkpoint.keep_last: must be >= 1, got {cfg.checkpoint.keep_last}")
     if not 0.0 < cfg.sampling.top_p <= 1.0:

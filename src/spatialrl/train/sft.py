@@ -25,33 +25,18 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from spatialrl.errors import DataError
-from spatialrl.io import atomic_write_json
 from spatialrl.models.builtin import eval_settings_from_dataset
 from spatialrl.train.chat_tokens import IGNORE_INDEX, encode_conversations
-from spatialrl.train.common import (
-    Tracker,
-    count_parameters,
-    epoch_order,
-    find_resume_checkpoint,
-    is_fsdp,
-    load_checkpoint,
-    load_model_and_processor,
-    lr_multiplier,
-    make_accelerator,
-    prepare_trainable,
-    save_checkpoint,
-    save_hf_model,
-    seed_everything,
-)
-from spatialrl.train.config import SFTConfig, config_to_dict
+from spatialrl.train.common import epoch_order, prepare_trainable
+from spatialrl.train.config import SFTConfig
 from spatialrl.train.data import SFTDataset
+from spatialrl.train.run import Run
 
 
 # ------------------------------------------------------------------------------------------ pieces
@@ -139,56 +124,6 @@ def heldout_loss(accelerator: Any, model: Any, dataset: SFTDataset, collate: Col
             "heldout/token_accuracy": (totals[2] / totals[1].clamp(min=1)).item(), "heldout/tokens": totals[1].item()}
 
 
-def closed_loop_eval(accelerator: Any, model: Any, processor: Any, cfg: SFTConfig, step: int) -> dict[str, float]:
-    """Play held-out episodes with the in-training model through the eval runner (main process only)."""
-    metrics: dict[str, float] = {}
-    if cfg.eval.task is None:
-        return metrics
-    if is_fsdp(accelerator):
-        raise DataError("eval.task: closed-loop eval during FSDP training is not supported (the model is "
-                        "sharded); evaluate saved checkpoints with `spatialrl eval --agent hf:.../hf`")
-    if accelerator.is_main_process:
-        from spatialrl.agents.base import SamplingParams
-        from spatialrl.agents.hf import HFPolicy
-        from spatialrl.envs.registry import get_suite
-        from spatialrl.eval.runs import open_run_dir
-        from spatialrl.rollout.runner import run_episodes
-
-        suite = get_suite(cfg.eval.task)
-        options = dict(suite.default_options)
-        if cfg.eval.data is not None:
-            options["data"] = cfg.eval.data
-        if cfg.eval.split is not None:
-            options["split"] = cfg.eval.split
-        # The suite applies the limit per split (V-IRL, GP) or round-robin over categories (TVR): slicing
-        # the joined list would evaluate only the first split of `in-dist,rule-ood,visual-ood`. (Suites
-        # list `limit: None` among their defaults, so only an explicit eval.options limit wins.)
-        options["limit"] = cfg.eval.episodes
-        options.update(cfg.eval.options)
-        episodes = suite.episodes(options)
-        unwrapped = accelerator.unwrap_model(model)
-        was_training = unwrapped.training
-        dtype = next(unwrapped.parameters()).dtype  # keep the master weights' dtype (no in-place cast)
-        policy = HFPolicy(unwrapped, processor, name=f"sft-step{step}", device=str(accelerator.device), dtype=dtype)
-        sampling = SamplingParams(max_new_tokens=cfg.eval.max_new_tokens, seed=cfg.seed)
-        out = Path(cfg.output_dir) / "eval" / f"step-{step:06d}"
-        open_run_dir(out, {"task": cfg.eval.task, "agent": f"sft:{cfg.output_dir}@{step}", "options": options,
-                           "sampling": {"max_new_tokens": cfg.eval.max_new_tokens}, "label": f"sft step {step}"},
-                     overwrite=True)
-        with accelerator.autocast():
-            result = run_episodes(suite, options, policy, episodes, batch_size=cfg.eval.batch_size,
-                                  sampling=sampling, out_dir=out, progress=False)
-        summary = suite.summarize(result.episodes)
-        atomic_write_json(out / "metrics.json", summary)
-        unwrapped.train(was_training)
-        for category, values in summary.items():
-            for name, value in values.items():
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    metrics[f"eval/{category}/{name}"] = float(value)
-    accelerator.wait_for_everyone()
-    return metrics
-
-
 def parameter_digest(model: Any) -> str:
     """sha256 of every parameter's bytes in name order: equal digests = bit-identical replicas."""
     import hashlib
@@ -219,180 +154,110 @@ def train(cfg: SFTConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
     the caller replaces ``cfg.model.path``, as in the RL trainers (the scaling benchmark's random
     11B-sized model, never written to disk).
     """
-    # --- setup
-    accelerator = make_accelerator(cfg.model.dtype, cfg.grad_accum, cfg.per_device_batch_size,
-                                   cfg.optim.max_grad_norm)
-    seed_everything(cfg.seed)
-    out = Path(cfg.output_dir)
-    if accelerator.is_main_process:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / "config.json", config_to_dict(cfg))
-    world, rank = accelerator.num_processes, accelerator.process_index
-    t_start = time.perf_counter()
+    run = Run(cfg, cfg.per_device_batch_size)
+    acc, world, G = run.accelerator, run.world, cfg.grad_accum
 
     # --- data
     train_set = SFTDataset(cfg.data.train)
     eval_set = SFTDataset(cfg.data.eval) if cfg.data.eval else None
     per_epoch, total_updates = update_plan(cfg, len(train_set), world)
 
-    # --- model, optimiser, schedule
-    if prebuilt is not None:
-        (model, processor), model_meta = prebuilt, {"source": "prebuilt"}
-    else:
-        model, processor, model_meta = load_model_and_processor(cfg.model, cfg.seed)
+    # --- model, optimiser
+    model, processor, model_meta = run.load_model(prebuilt)
     model_type = model.config.model_type
-    model = prepare_trainable(model, cfg.model)
-    trainable, total_params = count_parameters(model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
-                                  eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay)
-    budget_s = cfg.time_budget_minutes * 60.0
-
-    def set_lr(done: int, elapsed: float) -> float:
-        """LR of the next update from the run's progress: updates done / total, or time spent / budget."""
-        if budget_s > 0:
-            progress, first = elapsed / budget_s, 0.01 * cfg.optim.warmup_ratio
-        else:
-            progress, first = done / total_updates, 1.0 / total_updates
-        lr = cfg.optim.lr * lr_multiplier(progress, cfg.optim.schedule, cfg.optim.warmup_ratio,
-                                          cfg.optim.min_lr_ratio, first)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        return lr
-
-    model, optimizer = accelerator.prepare(model, optimizer)
+    model, optimizer = run.prepare(prepare_trainable(model, cfg.model))
     model.train()
     collate = Collator(processor, model_type, cfg.data.max_length)
 
-    # --- resume
-    step, elapsed_before = 0, 0.0
-    resume_from = find_resume_checkpoint(cfg.output_dir, cfg.checkpoint.resume)
-    if resume_from is not None:
-        state = load_checkpoint(accelerator, resume_from)
-        for key, now in (("world_size", world), ("per_device_batch_size", cfg.per_device_batch_size),
-                         ("grad_accum", cfg.grad_accum), ("train_samples", len(train_set))):
-            if state.get(key) != now:
-                raise DataError(f"{resume_from}: cannot resume, {key} was {state.get(key)} and is now {now} "
-                                "(the data position would not match); use a new output_dir or checkpoint.resume=never")
-        step, elapsed_before = int(state["step"]), float(state.get("elapsed_s", 0.0))
+    def set_lr(done: int, elapsed: float) -> float:
+        """LR of the next update from the run's progress: updates done / total, or time spent / budget."""
+        if run.budget_s > 0:
+            return run.set_lr(elapsed / run.budget_s, 0.01 * cfg.optim.warmup_ratio)
+        return run.set_lr(done / total_updates, 1.0 / total_updates)
 
-    tracker = Tracker(accelerator, out, cfg.logging, cfg)
-    if accelerator.is_main_process:
-        tracker.log(step, {"setup/train_samples": len(train_set), "setup/updates_total": total_updates,
-                           "setup/updates_per_epoch": per_epoch, "setup/params_trainable": trainable,
-                           "setup/params_total": total_params, "setup/processes": world,
-                           "setup/resumed_from_step": step})
-
-    t_loop = time.perf_counter()
-
-    def train_seconds() -> float:
-        """Training time so far, across resumes (what the time budget counts)."""
-        return elapsed_before + time.perf_counter() - t_loop
-
-    def synced_seconds() -> float:
-        """The main process's training time, identical on every process (LR and the stop decision must
-        agree across ranks, or replicas drift / one rank leaves the loop while others wait)."""
-        if world == 1:
-            return train_seconds()
-        from accelerate.utils import broadcast
-
-        return float(broadcast(torch.tensor([train_seconds()], device=accelerator.device, dtype=torch.float64))[0])
+    # --- resume (the data position follows from the update count)
+    state = run.resume({"per_device_batch_size": cfg.per_device_batch_size, "grad_accum": G,
+                        "train_samples": len(train_set)})
+    step = int(state["step"]) if state is not None else 0
+    run.start_tracker(step, {"setup/train_samples": len(train_set), "setup/updates_total": total_updates,
+                             "setup/updates_per_epoch": per_epoch, "setup/resumed_from_step": step})
 
     def save(at: int) -> None:
-        state = {"step": at, "elapsed_s": synced_seconds(), "world_size": world,
-                 "per_device_batch_size": cfg.per_device_batch_size, "grad_accum": cfg.grad_accum, "train_samples": len(train_set), "updates_total": total_updates,
-                 "config": config_to_dict(cfg)}
-        save_checkpoint(accelerator, model, processor, out, at, state, cfg.checkpoint.keep_last)
+        run.checkpoint(at, {"step": at, "per_device_batch_size": cfg.per_device_batch_size, "grad_accum": G,
+                            "train_samples": len(train_set), "updates_total": total_updates})
+
+    def heldout() -> dict[str, float]:
+        if eval_set is None:
+            return {}
+        return heldout_loss(acc, model, eval_set, collate, cfg.data.eval_samples, cfg.per_device_batch_size)
 
     # --- loop: one iteration = one optimiser update of grad_accum micro-batches
-    G = cfg.grad_accum
-    plan = micro_batches(len(train_set), cfg.seed, cfg.per_device_batch_size, world, rank, step * G, total_updates * G)
-    batches = micro_batch_source(cfg, train_set, processor, model_type, collate, plan, accelerator.device)
-    window = {"loss": 0.0, "tokens": 0.0, "correct": 0.0, "updates": 0, "t0": time.perf_counter(), "samples": 0}
+    plan = micro_batches(len(train_set), cfg.seed, cfg.per_device_batch_size, world, run.rank, step * G, total_updates * G)
+    batches = micro_batch_source(cfg, train_set, processor, model_type, collate, plan, acc.device)
+    window = new_window()
     last_metrics: dict[str, float] = {}
-    stopped_early = False
+    grad_norm = None
     while step < total_updates:
-        now = synced_seconds() if budget_s > 0 else 0.0
-        if budget_s > 0 and now >= budget_s:
+        now = run.seconds() if run.budget_s > 0 else 0.0
+        if run.budget_s > 0 and now >= run.budget_s:
             break
         lr = set_lr(step, now)
-        group = [{k: v.to(accelerator.device) for k, v in next(batches).items()} for _ in range(G)]
+        group = [{k: v.to(acc.device) for k, v in next(batches).items()} for _ in range(G)]
         local = torch.tensor(sum(int((b["labels"][:, 1:] != IGNORE_INDEX).sum()) for b in group),
-                             device=accelerator.device, dtype=torch.float64)
-        update_tokens = accelerator.reduce(local, reduction="sum").clamp(min=1.0)
-        stats = torch.zeros(3, device=accelerator.device, dtype=torch.float64)
-        for batch in group:
-            with accelerator.accumulate(model):
-                with accelerator.autocast():
+                             device=acc.device, dtype=torch.float64)
+        update_tokens = acc.reduce(local, reduction="sum").clamp(min=1.0)
+        stats = torch.zeros(3, device=acc.device, dtype=torch.float64)
+        for i, batch in enumerate(group):
+            with run.micro_step(last=i == G - 1):
+                with acc.autocast():
                     loss_sum, count, correct = token_loss(model, batch)
-                loss = loss_sum * (world * G) / update_tokens  # see the module docstring, point 3
-                accelerator.backward(loss)
-                grad_norm = None
-                if accelerator.sync_gradients and cfg.optim.max_grad_norm > 0:
-                    grad_norm = accelerator.clip_grad_norm_(params, cfg.optim.max_grad_norm)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                acc.backward(loss_sum * world / update_tokens)  # see the module docstring, point 3
+                if i == G - 1:
+                    grad_norm = run.optimizer_step()
             stats += torch.stack([loss_sum.detach().double(), count.double(), correct.double()])
         step += 1
-        stats = accelerator.reduce(stats, reduction="sum")
-        window["loss"] += stats[0].item()
-        window["tokens"] += stats[1].item()
-        window["correct"] += stats[2].item()
-        window["updates"] += 1
+        stats = acc.reduce(stats, reduction="sum").tolist()
+        for key, value in zip(("loss", "tokens", "correct"), stats, strict=True):
+            window[key] += value
         window["samples"] += cfg.per_device_batch_size * world * G
 
-        ending = step == total_updates or (budget_s > 0 and synced_seconds() >= budget_s)
+        ending = run.is_last(step, total_updates)
         if step % max(1, cfg.logging.every) == 0 or ending:
-            dt = time.perf_counter() - window["t0"]
-            last_metrics = {
-                "train/loss": window["loss"] / max(1.0, window["tokens"]),
-                "train/token_accuracy": window["correct"] / max(1.0, window["tokens"]),
-                "train/lr": lr,
-                "train/epoch": step / per_epoch,
-                "train/samples_per_s": window["samples"] / max(dt, 1e-9),
-                "train/tokens_per_s": window["tokens"] / max(dt, 1e-9),
-            }
-            if grad_norm is not None:
-                last_metrics["train/grad_norm"] = float(grad_norm)
-            tracker.log(step, last_metrics)
-            window = {"loss": 0.0, "tokens": 0.0, "correct": 0.0, "updates": 0, "t0": time.perf_counter(),
-                      "samples": 0}
+            last_metrics = window_metrics(window, lr, step / per_epoch, grad_norm)
+            run.log(step, last_metrics)
+            window = new_window()
         if eval_set is not None and cfg.eval_loss_every > 0 and step % cfg.eval_loss_every == 0:
-            tracker.log(step, heldout_loss(accelerator, model, eval_set, collate, cfg.data.eval_samples,
-                                           cfg.per_device_batch_size))
-        if cfg.eval.task is not None and cfg.eval.every > 0 and step % cfg.eval.every == 0 and not ending:
-            tracker.log(step, closed_loop_eval(accelerator, model, processor, cfg, step))
-        if cfg.checkpoint.every > 0 and step % cfg.checkpoint.every == 0 and not ending:
-            save(step)
+            run.log(step, heldout())
         if cfg.check_sync_every > 0 and step % cfg.check_sync_every == 0:
-            check_sync(accelerator, model, step)
-        if stop_after is not None and step >= stop_after:
-            stopped_early = True
+            check_sync(acc, model, step)
+        if run.after_update(step, ending, save, stop_after):
             break
 
     # --- end: checkpoint, final model, held-out scores
-    summary: dict[str, Any] = {"step": step, "updates_planned": total_updates, "finished": not stopped_early,
-                               "train": last_metrics, "seconds": time.perf_counter() - t_start}
-    if not stopped_early:
-        save(step)
-        final_meta = {**model_meta, "parameters": total_params, "trained_by": "spatialrl train sft",
-                      "updates": step, "recipe": config_to_dict(cfg), "dataset": train_set.meta,
-                      "eval": eval_settings_from_dataset(train_set.meta.get("task"), train_set.meta.get("options") or {},
-                                                         cfg.eval.max_new_tokens)}
-        save_hf_model(accelerator, model, processor, out / "final", merge_lora=cfg.model.lora.merge_on_save,
-                      dtype=cfg.model.save_dtype, meta=final_meta)
-        final: dict[str, float] = {}
-        if eval_set is not None:
-            final.update(heldout_loss(accelerator, model, eval_set, collate, cfg.data.eval_samples,
-                                      cfg.per_device_batch_size))
-        final.update(closed_loop_eval(accelerator, model, processor, cfg, step))
-        if final:
-            tracker.log(step, final)
-        summary["final"] = final
+    summary = {"step": step, "updates_planned": total_updates, "finished": not run.stopped_early, "train": last_metrics}
+    meta = {**model_meta, "parameters": run.params_total, "trained_by": "spatialrl train sft", "dataset": train_set.meta,
+            "eval": eval_settings_from_dataset(train_set.meta.get("task"), train_set.meta.get("options") or {},
+                                               cfg.eval.max_new_tokens)}
+
+    def digests(summary: dict[str, Any]) -> None:
         if cfg.check_sync_every > 0:
-            summary["parameter_digests"] = check_sync(accelerator, model, step)
-        if accelerator.is_main_process:
-            atomic_write_json(out / "summary.json", summary)
-    tracker.close()
-    accelerator.wait_for_everyone()
-    return summary
+            summary["parameter_digests"] = check_sync(acc, model, step)
+
+    return run.end(step, summary, save, meta, final_extra=heldout, finish=digests)
+
+
+def new_window() -> dict[str, float]:
+    """Sums over the updates since the last log line."""
+    return {"loss": 0.0, "tokens": 0.0, "correct": 0.0, "samples": 0, "t0": time.perf_counter()}
+
+
+def window_metrics(window: dict[str, float], lr: float, epoch: float, grad_norm: float | None) -> dict[str, float]:
+    dt = time.perf_counter() - window["t0"]
+    out = {"train/loss": window["loss"] / max(1.0, window["tokens"]),
+           "train/token_accuracy": window["correct"] / max(1.0, window["tokens"]),
+           "train/lr": lr, "train/epoch": epoch,
+           "train/samples_per_s": window["samples"] / max(dt, 1e-9),
+           "train/tokens_per_s": window["tokens"] / max(dt, 1e-9)}
+    if grad_norm is not None:
+        out["train/grad_norm"] = grad_norm
+    return out
