@@ -24,9 +24,9 @@ ARMS = {  # eval run label → (task, role in the comparison)
 CURVES = {
     "virl": (["virl-ppo", "virl-sft-more"], ["eval/in-dist/per_step_accuracy", "eval/visual-ood/per_step_accuracy",
                                              "eval/rule-ood/per_step_accuracy"], "time"),
-    "virl_ppo": (["virl-ppo"], ["rollout/reward_mean", "episodes/success", "losses/approx_kl", "losses/clipfrac"],
+    "virl_ppo": (["virl-ppo"], ["rollout/step_reward_mean", "episodes/success", "losses/approx_kl", "losses/clipfrac"],
                  "step"),
-    "tvr_grpo": (["tvr-va-grpo-multi", "tvr-ao-grpo-single"], ["rollout/reward_mean", "losses/kl",
+    "tvr_grpo": (["tvr-va-grpo-multi", "tvr-ao-grpo-single"], ["episodes/return_mean", "losses/kl",
                                                                "diag/action_match"], "time"),
 }
 

@@ -46,7 +46,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}   # four trainers and the env worke
 if [ "$SMOKE" = 1 ]; then
   TRAIN_END_S=${TRAIN_END_S:-200}; EVAL_END_S=${EVAL_END_S:-900}; VIRL_EVAL=${VIRL_EVAL:-2}; TVR_EVAL=${TVR_EVAL:-4}
   VIRL_ROUTES=6; VIRL_EPISODES=4; IN_EVAL=2
-  PPO_SIZE=(--num_envs=2 --num_steps=4 --minibatch_size=2 --grad_accum=1 --ppo_epochs=1 --eval.every=1)
+  PPO_SIZE=(--num_envs=2 --num_steps=4 --micro_batch_size=2 --grad_accum=1 --epochs=1 --eval.every=1)
   MULTI_EVERY=(--eval.every=1 --action_match.every=1); SINGLE_EVERY=(--eval.every=1 --action_match.every=1)
   GRPO_SIZE=(--tasks_per_update=2 --group_size=2 --mini_batches=1 --micro_batch_size=4 --eval.every=1
              --single.expert_episodes=4 --single.prompts_per_update=2 --action_match.episodes=2)
@@ -55,7 +55,7 @@ else
   TRAIN_END_S=${TRAIN_END_S:-370}; EVAL_END_S=${EVAL_END_S:-560}; VIRL_EVAL=${VIRL_EVAL:-32}; TVR_EVAL=${TVR_EVAL:-120}
   VIRL_ROUTES=300; VIRL_EPISODES=600; IN_EVAL=12
   # 32 slots x 4 turns = 128 env steps per update; 4 epochs of 4 optimiser steps (8 x 4 samples)
-  PPO_SIZE=(--num_envs=32 --num_steps=128 --minibatch_size=8 --grad_accum=4 --sampling.max_new_tokens=128
+  PPO_SIZE=(--num_envs=32 --num_steps=128 --micro_batch_size=8 --grad_accum=4 --sampling.max_new_tokens=128
             --eval.every=3)
   MULTI_EVERY=(--eval.every=4 --action_match.every=4); SINGLE_EVERY=(--eval.every=25 --action_match.every=10)
   GRPO_SIZE=(--single.expert_episodes=200)
@@ -88,7 +88,7 @@ tvr_multi() {
   run_trainer tvr-va-grpo-multi grpo "$ROOT/configs/grpo/tvr_multi_small.yaml" --model.path=builtin:tvr-va-sft \
     --model.dtype="$RL_DTYPE" --tasks_per_update="$MULTI_TASKS" \
     --task.data="$BENCH" --task.split=rl "--task.options={memory: va, width: $W, height: $H}" \
-    --time_limit_minutes="$(minutes_left)" --optim.lr="$GRPO_LR" --checkpoint.every=0 --action_match.split=eval \
+    --time_budget_minutes="$(minutes_left)" --optim.lr="$GRPO_LR" --checkpoint.every=0 --action_match.split=eval \
     --eval.task=tvr --eval.data="$BENCH" --eval.split=eval --eval.episodes=$IN_EVAL --eval.batch_size=$IN_EVAL \
     "--eval.options={memory: va, width: $W, height: $H}" "${MULTI_EVERY[@]}" "${GRPO_SIZE[@]}"
 }
@@ -96,7 +96,7 @@ tvr_single() {
   run_trainer tvr-ao-grpo-single grpo "$ROOT/configs/grpo/tvr_single_small.yaml" --model.path=builtin:tvr-ao-sft \
     --model.dtype="$RL_DTYPE" \
     --task.data="$BENCH" --task.split=sft "--task.options={memory: ao, width: $W, height: $H}" \
-    --time_limit_minutes="$(minutes_left)" --optim.lr="$GRPO_LR" --checkpoint.every=0 --action_match.split=eval \
+    --time_budget_minutes="$(minutes_left)" --optim.lr="$GRPO_LR" --checkpoint.every=0 --action_match.split=eval \
     --eval.task=tvr --eval.data="$BENCH" --eval.split=eval --eval.episodes=$IN_EVAL --eval.batch_size=$IN_EVAL \
     "--eval.options={memory: ao, width: $W, height: $H}" "${SINGLE_EVERY[@]}" "${GRPO_SIZE[@]}"
 }
@@ -108,7 +108,7 @@ virl_ppo() {
   run_trainer virl-ppo ppo "$ROOT/configs/ppo/virl_vl_small.yaml" --model.path=builtin:virl-sft --task.data="$CITY" \
     --model.dtype="$RL_DTYPE" \
     "--task.options={split: in-dist, mode: vl, grid_size: $GRID, verify_iter: 2, seed: 42, episodes: 4096}" \
-    --time_limit_minutes="$(minutes_left)" --optim.lr="$PPO_LR" --checkpoint.every=0 "${virl_eval[@]}" "${PPO_SIZE[@]}"
+    --time_budget_minutes="$(minutes_left)" --optim.lr="$PPO_LR" --checkpoint.every=0 "${virl_eval[@]}" "${PPO_SIZE[@]}"
 }
 virl_sft() {  # continued SFT: fresh expert episodes (seed 2000; the shipped model saw seed 1000), same city
   if ! spatialrl data sft --task virl --data "$CITY" --split in-dist --set episodes=$VIRL_EPISODES --set seed=2000 \

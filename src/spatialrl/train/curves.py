@@ -1,7 +1,7 @@
 """Training curves (PNG) and comparison tables (Markdown) for the reproduction write-ups in ``docs/``.
 
     python -m spatialrl.train.curves curves --run PPO=runs/ppo-virl --run SFT=runs/sft-virl \\
-        --key rollout/reward_mean --key episodes/success --out docs/figures/virl_ppo.png
+        --key rollout/step_reward_mean --key episodes/success --out docs/figures/virl_ppo.png
     python -m spatialrl.train.curves table --eval "SFT init=runs/eval-sft" --eval "PPO=runs/eval-ppo" \\
         --metric success_rate --out docs/tables/virl.md
 
