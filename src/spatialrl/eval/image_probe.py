@@ -76,7 +76,7 @@ def current_and_target(conversation: list[dict]) -> tuple[np.ndarray, np.ndarray
 @torch.no_grad()
 def answer_distributions(model: Any, processor: Any, conversations: list[list[dict]], batch_size: int = 16) -> np.ndarray:
     """(n, 9) probabilities of the nine answers, by teacher forcing each candidate."""
-    from spatialrl.train.chat_tokens import IGNORE_INDEX, encode_conversations
+    from spatialrl.models.encode import IGNORE_INDEX, encode_conversations
 
     model_type = model.config.model_type
     device = next(model.parameters()).device

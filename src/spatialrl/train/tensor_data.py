@@ -2,7 +2,7 @@
 
 Why: the per-sample path (PNG decode → PIL → the processor's numpy patchify → the collator, on the CPU)
 fed the shipped models ~7 samples/s on an H200 — 0.4% of the GPU. Here every sample is tokenised *once*
-by the very code the per-sample path runs (:func:`spatialrl.train.chat_tokens.encode_conversations`:
+by the very code the per-sample path runs (:func:`spatialrl.models.encode.encode_conversations`:
 same chat template, same assistant mask, same token ids), and every distinct image is stored once as
 uint8 at the size the processor resizes it to. A training batch is then an index gather on the device:
 token rows padded in place, pixels normalised and cut into the family's patch layout by a few tensor
@@ -40,13 +40,13 @@ import torch
 
 from spatialrl.errors import DataError
 from spatialrl.io import atomic_folder, atomic_write_json
-from spatialrl.train.chat_tokens import (
+from spatialrl.models.encode import (
     IGNORE_INDEX,
     assistant_token_mask,
-    default_fold_system,
     encode_conversations,
     render_conversation,
 )
+from spatialrl.models.family import family_of
 
 FORMAT = "spatialrl-sft-tensors/1"
 FAMILIES = ("qwen2_vl", "qwen2_5_vl")
@@ -184,12 +184,12 @@ def encode_expanded(processor: Any, conversation: Any, settings: dict[str, Any],
     """Token ids and assistant mask of one conversation whose images are already at the processor's size.
 
     The collator's steps without its pixel work: the chat template text and the assistant mask come from
-    :mod:`spatialrl.train.chat_tokens` (the same functions), then each image placeholder token is repeated
+    :mod:`spatialrl.models.encode` (the same functions), then each image placeholder token is repeated
     ``(H/patch)·(W/patch)/merge²`` times — what the Qwen-VL processors do to the text before tokenising
     (the placeholder is a special token, so expanding the text or the ids is the same). ``tests/train``
     checks the result against the collator token for token.
     """
-    rendered = render_conversation(processor, conversation, default_fold_system(processor))
+    rendered = render_conversation(processor, conversation, family_of(None, processor).fold_system)
     text_ids, mask = assistant_token_mask(processor.tokenizer, rendered)
     pad = int(processor.image_token_id)
     counts = []
