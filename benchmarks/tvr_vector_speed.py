@@ -84,6 +84,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=400, help="env steps measured per row (at least 4 vector steps)")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions per row (median reported)")
     ap.add_argument("--scenes", type=int, default=4, help="eval scenes per family (single- and multi-room)")
+    ap.add_argument("--tag", default="", help="suffix of the results file name (e.g. quiet)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"), help="results folder")
     args = ap.parse_args()
     sizes = [tuple(int(v) for v in s.lower().split("x")) for s in args.sizes]
@@ -138,7 +139,8 @@ def main() -> None:
         "vector_buffers_mb_per_1000_envs": {f"{w}x{h}": 2 * w * h * 3 * 1000 / 2**20 for w, h in sizes},
         "rows": rows,
     }
-    out = Path(args.out) / f"tvr_vector_speed-{platform.node() or 'machine'}.json"
+    tag = f"-{args.tag}" if args.tag else ""
+    out = Path(args.out) / f"tvr_vector_speed-{platform.node() or 'machine'}{tag}.json"
     from spatialrl.io import atomic_write_json
 
     atomic_write_json(out, result)
