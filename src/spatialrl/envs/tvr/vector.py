@@ -208,14 +208,13 @@ class TVRVectorEnv(VectorEnv):
 
     def _merge(self, infos: list[tuple[int, dict[str, Any]]], contributed: np.ndarray,
                finals: Sequence[tuple[int, np.ndarray, dict[str, Any]]] = ()) -> dict[str, Any]:
-        """Gymnasium's dict-of-arrays infos (``VectorEnv._add_info``), ``target_image`` from the buffer."""
-        merged: dict[str, Any] = {}
-        final_of = {i: (obs, info) for i, obs, info in finals}
-        for i, info in infos:
-            if i in final_of:
-                obs, final_info = final_of[i]
-                merged = self._add_info(merged, {"final_obs": obs, "final_info": final_info}, i)
-            merged = self._add_info(merged, info, i)
+        """Gymnasium's dict-of-arrays infos (what ``VectorEnv._add_info`` builds env by env, built here key
+        by key: same arrays, dtypes and masks, a fraction of the Python calls); ``target_image`` comes from
+        the target buffer."""
+        merged = batch_infos(infos, self.num_envs)
+        if finals:
+            merged.update(batch_infos([(i, {"final_obs": obs, "final_info": info}) for i, obs, info in finals],
+                                      self.num_envs))
         if contributed.all():
             if self.copy:
                 self._targets.setflags(write=False)
@@ -226,6 +225,36 @@ class TVRVectorEnv(VectorEnv):
             merged["target_image"] = targets
         merged["_target_image"] = contributed.copy()
         return merged
+
+
+def batch_infos(infos: Sequence[tuple[int, dict[str, Any]]], n: int) -> dict[str, Any]:
+    """``VectorEnv._add_info`` applied to every ``(env index, info)`` in order, computed key by key: an
+    array per key typed by its first value (Python/NumPy number → that dtype, ndarray → stacked, else
+    object; ``final_obs`` always object), nested dicts recursively, a ``_key`` bool mask per key."""
+    columns: dict[str, list[tuple[int, Any]]] = {}
+    for i, info in infos:
+        for key, value in info.items():
+            columns.setdefault(key, []).append((i, value))
+    out: dict[str, Any] = {}
+    for key, pairs in columns.items():
+        first = pairs[0][1]
+        if key == "final_obs":
+            array: Any = np.full(n, None, dtype=object)
+        elif isinstance(first, dict):
+            array = batch_infos(pairs, n)
+        elif type(first) in (int, float, bool) or isinstance(first, np.number):
+            array = np.zeros(n, dtype=type(first))
+        elif isinstance(first, np.ndarray):
+            array = np.zeros((n, *first.shape), dtype=first.dtype)
+        else:
+            array = np.full(n, None, dtype=object)
+        if not isinstance(array, dict):
+            for i, value in pairs:
+                array[i] = value
+        mask = np.zeros(n, np.bool_)
+        mask[[i for i, _ in pairs]] = True
+        out[key], out[f"_{key}"] = array, mask
+    return out
 
 
 def unbatch_info(infos: dict[str, Any], i: int) -> dict[str, Any]:
