@@ -1,16 +1,16 @@
 """TVR vector env speed: one ``TVREnv`` vs ``TVRVectorEnv`` of N envs, side by side in one run (issue 21).
 
-    python benchmarks/tvr_vector_speed.py [--sizes 640x360 280x168] [--num-envs 1 4 16 64] [--steps 400]
+    python benchmarks/tvr_vector_speed.py [--sizes 640x360 280x168] [--num-envs 1 4 16 64 256] [--steps 1000]
 
 Cache off (``cache_mb=0``: every observation rendered), random valid non-Stop answers, so episodes end by
-budget and resets (start + target frame) are part of the rate, as in ``tvr_env_speed.py``. The vector env
-autoresets (next step) and draws its tasks from the pool; the single env cycles through the same pool.
+budget and resets (start + target frame) are part of the rate, as in ``tvr_env_speed.py``. Both envs draw
+their tasks at random from the same pool (single- and multi-room houses cost differently per frame, so
+``--steps`` should cover many episodes); the vector env autoresets (next step).
 ``steps_per_s`` counts env steps (a vector step of N envs is N steps). The 2-core VM is shared with other
 jobs, so every row is measured ``--repeats`` times, interleaved (single, N=1, N=4, ... then again), and
 the row holds the median with every sample and the best; beside the wall-clock rate it holds CPU ms per
 step (all threads of this process, llvmpipe's included), ``cores_used`` = CPU seconds per wall second (how
-much of the 2 cores the env kept busy: a single env waits on every readback, a batch keeps llvmpipe's
-threads and the main thread working at once) and the 1-minute load average.
+much of the 2 cores the env kept busy; llvmpipe spreads even one frame over its rasterizer threads) and the 1-minute load average.
 
 Writes ``benchmarks/results/tvr_vector_speed-<machine>.json``: rows ``{device, width, height, num_envs,
 steps_per_s, env, cpu_ms_per_step, load_1m}``, machine, date, commit, and the host memory of the vector
@@ -43,15 +43,13 @@ def single_rate(bench_dir: Path, w: int, h: int, ids: list[str], n_steps: int, s
     for tid in ids:  # upload every scene, compile shaders
         env.reset(options={"task_id": tid})
     rng = np.random.default_rng(seed)
-    k = 0
-    obs, info = env.reset(options={"task_id": ids[0]})
+    obs, info = env.reset(seed=seed)  # then tasks are drawn from the pool, as the vector env's are
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(n_steps):
         valid = info["valid_actions"][:-1]
         obs, reward, term, trunc, info = env.step("Action: " + valid[int(rng.integers(len(valid)))])
         if term or trunc:
-            k += 1
-            obs, info = env.reset(options={"task_id": ids[k % len(ids)]})
+            obs, info = env.reset()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     env.close()
     return n_steps / wall, 1000 * cpu / n_steps
@@ -80,8 +78,8 @@ def vector_rate(bench_dir: Path, w: int, h: int, n: int, n_steps: int, seed: int
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", nargs="+", default=["640x360", "280x168"], help="image sizes WxH")
-    ap.add_argument("--num-envs", type=int, nargs="+", default=[1, 4, 16, 64], help="vector env sizes N")
-    ap.add_argument("--steps", type=int, default=400, help="env steps measured per row (at least 4 vector steps)")
+    ap.add_argument("--num-envs", type=int, nargs="+", default=[1, 4, 16, 64, 256], help="vector env sizes N")
+    ap.add_argument("--steps", type=int, default=1000, help="env steps measured per row (at least 4 vector steps)")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions per row (median reported)")
     ap.add_argument("--scenes", type=int, default=4, help="eval scenes per family (single- and multi-room)")
     ap.add_argument("--tag", default="", help="suffix of the results file name (e.g. quiet)")
