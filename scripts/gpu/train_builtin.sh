@@ -2,8 +2,9 @@
 # Train the three built-in models — virl-sft, tvr-va-sft, tvr-ao-sft — from scratch on one GPU, in two
 # commands on a warm machine (WORK persists between them), then evaluate them on held-out episodes.
 #
-#   source scripts/gpu/prelude.sh && STAGE=train OUT=$OUT bash scripts/gpu/train_builtin.sh   # ≤ 10 min
-#   source scripts/gpu/prelude.sh && STAGE=eval  OUT=$OUT bash scripts/gpu/train_builtin.sh   # ≤ 10 min
+#   source scripts/gpu/prelude.sh && STAGE=train OUT=$OUT timeout 570 bash scripts/gpu/train_builtin.sh
+#   source scripts/gpu/prelude.sh && STAGE=eval  OUT=$OUT timeout 570 bash scripts/gpu/train_builtin.sh
+# (send the second within 30 s of the first's return: the machine, and WORK, stay only that long)
 #   SMOKE=1 OUT=/tmp/smoke bash scripts/gpu/train_builtin.sh        # CPU rehearsal of both stages (tiny)
 # (the GPU machine needs .whl and .gl carried: bash scripts/gpu/bundle.sh once, here)
 #
@@ -26,9 +27,20 @@ SMOKE=${SMOKE:-0}
 STAGE=${STAGE:-all}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=${WORK:-/tmp/spatialrl-gpu}
-mkdir -p "$OUT/logs" "$WORK/data" "$WORK/runs" "$WORK/eval" "$WORK/weights"
+# Logs stay in WORK and come back as one $OUT/logs.tar.gz (the device tool returns at most 8 files), also
+# when the command is stopped: run it under `timeout` shorter than the call's limit so this trap runs.
+LOGS=$WORK/logs
+mkdir -p "$LOGS" "$WORK/data" "$WORK/runs" "$WORK/eval" "$WORK/weights"
 # shellcheck source=lib.sh
 source "$ROOT/scripts/gpu/lib.sh"
+rmdir "$OUT/logs" 2>/dev/null
+pack_logs() {
+  for n in virl-sft tvr-ao-sft tvr-va-sft; do
+    [ -f "$WORK/runs/$n/metrics.jsonl" ] && cp "$WORK/runs/$n/metrics.jsonl" "$LOGS/metrics-$n.jsonl"
+  done
+  tar -czf "$OUT/logs.tar.gz" -C "$WORK" logs 2>/dev/null
+}
+trap pack_logs EXIT
 
 if [ "$SMOKE" = 1 ]; then
   NCITY=${NCITY:-2}; CITY_ROUTES=${CITY_ROUTES:-4}; VIRL_EPISODES=${VIRL_EPISODES:-4}; NBENCH=${NBENCH:-2}
@@ -50,28 +62,28 @@ machine_line >> "$OUT/timeline.txt" 2>&1
 # ------------------------------------------------------------------------------------------- train
 virl_shard() {  # k: a metro city of seed 100+k and its expert episodes
   local k=$1 city=$WORK/data/city-$((100 + k))
-  [ -f "$city/route_infos.json" ] || make_city metro "$CITY_ROUTES" $((100 + k)) "$city" > "$OUT/logs/city-$k.log" 2>&1 \
+  [ -f "$city/route_infos.json" ] || make_city metro "$CITY_ROUTES" $((100 + k)) "$city" > "$LOGS/city-$k.log" 2>&1 \
     || { stamp "FAILED: city $k"; return; }
   spatialrl data sft --task virl --data "$city" --split in-dist --set episodes="$VIRL_EPISODES" --set seed=$((1000 + k)) \
-    --set grid_size=$GRID --out "$WORK/data/virl-$k" --overwrite --batch-size 32 > "$OUT/logs/data-virl-$k.log" 2>&1 \
+    --set grid_size=$GRID --out "$WORK/data/virl-$k" --overwrite --batch-size 32 > "$LOGS/data-virl-$k.log" 2>&1 \
     || stamp "FAILED: virl data $k"
 }
 tvr_shard() {  # k: a bench of seed 100+k (sft split only), its AO (noisy expert) and VA data
   local k=$1 bench=$WORK/data/bench-$((100 + k))
   [ -f "$bench/bench.json" ] || spatialrl tvr make-bench --out "$bench" --seed $((100 + k)) --overwrite \
       --sizes "eval=0,sft=$TVR_SFT,rl=0,diag_rotate=0,diag_move=0" --scenes "sft=$TVR_SCENES,eval=0,rl=0" \
-      > "$OUT/logs/bench-$k.log" 2>&1 || { stamp "FAILED: bench $k"; return; }
+      > "$LOGS/bench-$k.log" 2>&1 || { stamp "FAILED: bench $k"; return; }
   local common=(--task tvr --data "$bench" --split sft --set width=$W --set height=$H --batch-size 32 --overwrite)
   spatialrl data sft "${common[@]}" --set memory=ao --expert-noise "$EXPERT_NOISE" --samples step \
-    --out "$WORK/data/ao-$k" > "$OUT/logs/data-ao-$k.log" 2>&1 || stamp "FAILED: ao data $k"
-  spatialrl data sft "${common[@]}" --set memory=va --out "$WORK/data/va-$k" > "$OUT/logs/data-va-$k.log" 2>&1 \
+    --out "$WORK/data/ao-$k" > "$LOGS/data-ao-$k.log" 2>&1 || stamp "FAILED: ao data $k"
+  spatialrl data sft "${common[@]}" --set memory=va --out "$WORK/data/va-$k" > "$LOGS/data-va-$k.log" 2>&1 \
     || stamp "FAILED: va data $k"
 }
 merge() {  # name, shard prefix: the first SHARDS shards of that kind
   local name=$1 prefix=$2 shards=()
   for k in $(seq 1 "${SHARDS:-100}"); do [ -f "$WORK/data/$prefix-$k/meta.json" ] && shards+=("$WORK/data/$prefix-$k"); done
-  spatialrl data merge "${shards[@]}" --out "$WORK/data/$name" --overwrite > "$OUT/logs/merge-$name.log" 2>&1 \
-    && stamp "data $name: $(tail -n 1 "$OUT/logs/merge-$name.log")" || stamp "FAILED: merge $name"
+  spatialrl data merge "${shards[@]}" --out "$WORK/data/$name" --overwrite > "$LOGS/merge-$name.log" 2>&1 \
+    && stamp "data $name: $(tail -n 1 "$LOGS/merge-$name.log")" || stamp "FAILED: merge $name"
 }
 train() {  # name recipe batch-size: trains until TRAIN_END_S (at most BUDGET_MIN minutes)
   local name=$1 recipe=$2 bs=$3 budget
@@ -79,8 +91,8 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S (at most BUDGET_MI
   stamp "train $name for $budget min"
   if spatialrl train sft "$ROOT/configs/sft/$recipe" --output_dir="$WORK/runs/$name" --checkpoint.resume=never \
       --data.train="$WORK/data/$name" --data.engine=tensor --per_device_batch_size="$bs" \
-      --time_budget_minutes="$budget" --eval.task=null "${TRAIN_EXTRA[@]}" > "$OUT/logs/train-$name.log" 2>&1; then
-    stamp "trained $name: $(grep -o 'train/loss=[0-9.]*' "$OUT/logs/train-$name.log" | tail -n 1)"
+      --time_budget_minutes="$budget" --eval.task=null "${TRAIN_EXTRA[@]}" > "$LOGS/train-$name.log" 2>&1; then
+    stamp "trained $name: $(grep -o 'train/loss=[0-9.]*' "$LOGS/train-$name.log" | tail -n 1)"
   else
     stamp "FAILED: training $name (logs/train-$name.log)"
   fi
@@ -93,9 +105,9 @@ stage_data() {
 eval_data() {  # held-out bench and cities (never used in training)
   local bench=$WORK/data/bench-eval city=$WORK/data/city-eval ood=$WORK/data/city-eval-hillside
   [ -f "$bench/bench.json" ] || spatialrl tvr make-bench --out "$bench" --seed 0 --overwrite \
-      --sizes "eval=$EVAL_TVR,sft=0,rl=0,diag_rotate=0,diag_move=0" > "$OUT/logs/bench-eval.log" 2>&1 &
-  [ -f "$city/route_infos.json" ] || make_city metro "$EVAL_ROUTES" 7 "$city" > "$OUT/logs/city-eval.log" 2>&1 &
-  [ -f "$ood/route_infos.json" ] || make_city hillside "$EVAL_ROUTES" 8 "$ood" > "$OUT/logs/city-ood.log" 2>&1 &
+      --sizes "eval=$EVAL_TVR,sft=0,rl=0,diag_rotate=0,diag_move=0" > "$LOGS/bench-eval.log" 2>&1 &
+  [ -f "$city/route_infos.json" ] || make_city metro "$EVAL_ROUTES" 7 "$city" > "$LOGS/city-eval.log" 2>&1 &
+  [ -f "$ood/route_infos.json" ] || make_city hillside "$EVAL_ROUTES" 8 "$ood" > "$LOGS/city-ood.log" 2>&1 &
   wait
   stamp "eval data built"
 }
@@ -122,7 +134,7 @@ evaluate() {  # label agent task, then eval arguments
   # EVAL_TIMEOUT caps one evaluation (a killed one keeps its episodes.jsonl; re-running resumes it)
   if timeout "${EVAL_TIMEOUT:-100000}" "$PY" -m spatialrl.cli eval --task "$task" --agent "$agent" \
       --out "$WORK/eval/$label" --no-report \
-      --batch-size 64 --label "$label" "$@" > "$OUT/logs/eval-$label.log" 2>&1; then
+      --batch-size 64 --label "$label" "$@" > "$LOGS/eval-$label.log" 2>&1; then
     stamp "eval $label done"
   else
     stamp "FAILED: eval $label (logs/eval-$label.log)"
@@ -146,11 +158,11 @@ stage_eval() {
   wait
   if [ -f "$WORK/data/virl-1/meta.json" ]; then
     (cd "$ROOT/benchmarks" && "$PY" sft_speed.py --data "$WORK/data/virl-1" --batch-size "$BS_VIRL" \
-        --workers 8 > "$OUT/logs/sft_speed.log" 2>&1 && cp results/sft_speed-virl-1-*.json "$WORK/eval/") \
+        --workers 8 > "$LOGS/sft_speed.log" 2>&1 && cp results/sft_speed-virl-1-*.json "$WORK/eval/") \
       || stamp "FAILED: sft_speed"
   fi
   rm -f "$WORK"/eval/*/steps.jsonl
-  mkdir -p "$WORK/eval/_logs" && cp "$OUT"/logs/* "$OUT/timeline.txt" "$WORK/eval/_logs/" 2>/dev/null
+  mkdir -p "$WORK/eval/_logs" && cp "$LOGS"/* "$OUT/timeline.txt" "$WORK/eval/_logs/" 2>/dev/null
   for name in virl-sft tvr-va-sft tvr-ao-sft; do
     mkdir -p "$WORK/eval/_runs/$name"
     cp "$WORK/runs/$name"/{config.json,metrics.jsonl,summary.json} "$WORK/eval/_runs/$name/" 2>/dev/null

@@ -17,6 +17,23 @@ from typing import Annotated
 import typer
 
 
+# The shipped model shown per task (AO: a CPU evaluates it much faster than the VA model).
+BUILTIN_ROWS = {"tvr": "builtin:tvr-ao-sft", "virl": "builtin:virl-sft"}
+
+
+def builtin_row(task: str, options: dict, episodes: int) -> tuple[str, dict, object]:
+    """(agent, options, sampling) of the task's built-in model at its recorded eval settings, on
+    ``episodes`` episodes per category (TVR, spread round-robin) or per split (V-IRL)."""
+    from spatialrl.agents.base import SamplingParams
+    from spatialrl.models.builtin import model_eval_settings
+
+    agent = BUILTIN_ROWS[task]
+    settings = model_eval_settings(agent) or {"options": {}, "max_new_tokens": 256}
+    limit = 4 * episodes if task == "tvr" else episodes
+    opts = {**options, **settings.get("options", {}), "limit": limit}
+    return agent, opts, SamplingParams(max_new_tokens=int(settings.get("max_new_tokens", 256)))
+
+
 def demo_command(
     out: Annotated[Path, typer.Option(help="Folder for data, runs and the report.")] = Path("runs/demo"),
     agents: Annotated[str, typer.Option(help="Comma-separated agents (expert, random, hf:PATH, builtin:NAME).")]
@@ -27,6 +44,10 @@ def demo_command(
     city_routes: Annotated[int, typer.Option(help="Routes per generated city.")] = 24,
     seed: Annotated[int, typer.Option()] = 0,
     batch_size: Annotated[int, typer.Option()] = 8,
+    builtin: Annotated[bool, typer.Option(
+        help="Add the shipped built-in models' rows (tvr-ao-sft, virl-sft) at their recorded settings.")] = True,
+    builtin_episodes: Annotated[int, typer.Option(
+        help="Episodes of a built-in model per TVR category / V-IRL split (a CPU runs them slowly).")] = 2,
 ) -> None:
     """Generate data, evaluate agents on all three tasks, write runs/demo/report/report.html."""
     from rich.console import Console
@@ -62,11 +83,14 @@ def demo_command(
     runs = []
     for task, options in jobs:
         table = {}
-        for agent in [a.strip() for a in agents.split(",") if a.strip()]:
+        chosen = [(a.strip(), options, None) for a in agents.split(",") if a.strip()]
+        if builtin and task in BUILTIN_ROWS:
+            chosen.append(builtin_row(task, options, builtin_episodes))
+        for agent, opts, sampling in chosen:
             console.rule(f"{task} · {agent}")
             name = agent.replace(":", "-").replace("/", "_").replace("@", "_")
             run_dir = out / "runs" / f"{task}-{name}"
-            _, metrics = evaluate(task, agent, options, run_dir, batch_size=batch_size, seed=seed)
+            _, metrics = evaluate(task, agent, opts, run_dir, batch_size=batch_size, seed=seed, sampling=sampling)
             table[agent] = metrics
             runs.append(run_dir)
         print_metrics(console, table)
