@@ -16,7 +16,6 @@ from typing import Annotated
 
 import typer
 
-
 # The shipped model shown per task (AO: a CPU evaluates it much faster than the VA model).
 BUILTIN_ROWS = {"tvr": "builtin:tvr-ao-sft", "virl": "builtin:virl-sft"}
 
