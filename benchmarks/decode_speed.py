@@ -78,15 +78,16 @@ def first_turn_segments(processor: Any, model: Any, batch: int, grid: int) -> tu
     """``(turns, segments)``: the first prompt of ``batch`` V-IRL VL episodes, as the trainers build it."""
     from spatialrl.envs.registry import get_suite
     from spatialrl.envs.virl.testdata import random_routes, write_dataset
+    from spatialrl.rollout.agent_loop import EnvPool
     from spatialrl.rollout.trajectory import TurnTokenizer
-    from spatialrl.train.agent_loop import EnvPool
+    from spatialrl.train.policy_ops import sample_segments
 
     tmp = Path(tempfile.mkdtemp(prefix="decode-speed-"))
     data = write_dataset(tmp / "city", random_routes(max(4, batch), seed=0), pano_size=(1024, 512))
     suite = get_suite("virl")
     options = {"data": str(data), "mode": "vl", "grid_size": grid, "episodes": 4 * batch, "seed": 42}
     turns = TurnTokenizer(processor, model.config.model_type)
-    pool = EnvPool(suite, options, turns, batch, max_turns=99, max_tokens=1 << 20)
+    pool = EnvPool(suite, options, turns, batch, max_turns=99, max_tokens=1 << 20, sample=sample_segments)
     for i, spec in enumerate(suite.episodes(options)[:batch]):
         pool.start(i, spec)
     return turns, [s.segment for s in pool.slots]

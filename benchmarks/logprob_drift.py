@@ -86,14 +86,15 @@ def autocast(dtype: str, device: str) -> Any:
 
 def prompts(data: Path, args: argparse.Namespace, turns: Any) -> list[Any]:
     """First-turn V-IRL VL segments of ``args.prompts`` episodes, tokenised as the PPO env pool does."""
-    from spatialrl.train.agent_loop import EnvPool
+    from spatialrl.rollout.agent_loop import EnvPool
+    from spatialrl.train.policy_ops import sample_segments
     from spatialrl.train.rl_config import RLTaskConfig
     from spatialrl.train.task_stream import task_episodes
 
     task = RLTaskConfig(name="virl", data=str(data), max_tokens=32768,
                         options={"mode": "vl", "grid_size": args.grid_size, "episodes": max(16, args.prompts), "seed": 1})
     suite, options, episodes = task_episodes(task)
-    pool = EnvPool(suite, options, turns, args.prompts, task.max_turns, task.max_tokens)
+    pool = EnvPool(suite, options, turns, args.prompts, task.max_turns, task.max_tokens, sample=sample_segments)
     for i in range(args.prompts):
         pool.start(i, episodes[i % len(episodes)])
     segs = [slot.segment for slot in pool.slots]

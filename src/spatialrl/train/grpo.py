@@ -8,7 +8,7 @@ What one update does (``spec/training.md``, TVRBench appendix D):
 
 1. **Rollout.** *multi*: take ``tasks_per_update`` tasks on this process and play each ``group_size``
    times from the same start (same seed and options) in lock-step env slots, sampling every turn
-   from the token stream so far (:mod:`spatialrl.train.agent_loop`); a trajectory's return is the sum
+   from the token stream so far (:mod:`spatialrl.rollout.agent_loop`); a trajectory's return is the sum
    of its step rewards (TVR: the shaped reward, every component logged). *single*: take
    ``single.prompts_per_update`` per-step expert prompts and sample ``group_size`` answers each; the
    gated reward scores format and action match.
@@ -39,10 +39,10 @@ import torch
 
 from spatialrl.agents.base import SamplingParams
 from spatialrl.errors import DataError
+from spatialrl.rollout.agent_loop import EnvPool
 from spatialrl.rollout.trajectory import Segment, Trajectory, TurnTokenizer
 from spatialrl.train import losses
 from spatialrl.train.accumulation import micro_batch_plan
-from spatialrl.train.agent_loop import EnvPool
 from spatialrl.train.common import prepare_trainable
 from spatialrl.train.expert_states import (
     ExpertPrompt,
@@ -284,7 +284,7 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
         next_items = episode_sampler(len(prompts), cfg.seed, rank, run.world)
     else:
         pool = EnvPool(suite, options, turns, cfg.tasks_per_update * cfg.group_size, cfg.task.max_turns,
-                       cfg.task.max_tokens, env_threads(cfg.task))
+                       cfg.task.max_tokens, env_threads(cfg.task), sample=sample_segments)
         next_items = episode_sampler(len(episodes), cfg.seed, rank, run.world)
     per_update = cfg.single.prompts_per_update if cfg.mode == "single" else cfg.tasks_per_update
     heldout = heldout_prompts(cfg, suite, options)

@@ -47,13 +47,13 @@ from spatialrl.agents.base import SamplingParams
 from spatialrl.errors import DataError
 from spatialrl.io import atomic_write_bytes
 from spatialrl.models.value_head import ValueHead, hidden_size_of
+from spatialrl.rollout.agent_loop import EnvPool, Step
 from spatialrl.rollout.trajectory import Segment, Trajectory, TurnTokenizer
 from spatialrl.train import losses
-from spatialrl.train.agent_loop import EnvPool, Step
 from spatialrl.train.common import list_checkpoints, prepare_trainable
 from spatialrl.train.merged_rollout import merged_rollout, rollout_model
 from spatialrl.train.metrics import episode_metrics, reduce_metrics, reward_component_metrics, stats
-from spatialrl.train.policy_ops import collate_inputs, score_tokens, token_char_ends
+from spatialrl.train.policy_ops import collate_inputs, sample_segments, score_tokens, token_char_ends
 from spatialrl.train.rl_config import PPOConfig
 from spatialrl.train.run import Run
 from spatialrl.train.safe_state import load_state, state_bytes
@@ -370,7 +370,8 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
     turns = TurnTokenizer(processor, model_type)
     sampling = SamplingParams(temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
                               max_new_tokens=cfg.sampling.max_new_tokens)
-    pool = EnvPool(suite, options, turns, cfg.num_envs, cfg.task.max_turns, cfg.task.max_tokens, env_threads(cfg.task))
+    pool = EnvPool(suite, options, turns, cfg.num_envs, cfg.task.max_turns, cfg.task.max_tokens, env_threads(cfg.task),
+                   sample=sample_segments)
     feed = EpisodeFeed(pool, episodes, episode_sampler(len(episodes), cfg.seed, rank, run.world))
 
     # --- resume: weights/optimiser/RNG via accelerate, in-flight episodes via the feed's own file
