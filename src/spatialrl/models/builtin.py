@@ -21,15 +21,12 @@ small          224x224     64                   60                 64
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from spatialrl.errors import DataError
-from spatialrl.io import atomic_write_json
+from spatialrl.io import atomic_folder, atomic_write_json
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 META_FILE = "spatialrl_model.json"
@@ -133,18 +130,10 @@ def init_model(preset: str, out: str | Path, seed: int = 0, force: bool = False)
     if out.exists() and any(out.iterdir()) and not force:
         raise DataError(f"{out}: folder exists and is not empty (pass --overwrite to replace it)")
     model, processor, meta = build_model(preset, seed)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_folder(out) as tmp:
         model.save_pretrained(tmp)
         processor.save_pretrained(tmp)
         atomic_write_json(tmp / META_FILE, meta)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return meta
 
 

@@ -35,7 +35,6 @@ import io
 import json
 import os
 import shutil
-import tempfile
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -245,8 +244,7 @@ def build_sft_dataset(
             raise DataError(f"{out}: folder exists and is not empty (pass --overwrite to replace it)")
     chosen = select_episodes(suite.episodes(options), episodes, seed)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_folder(out) as tmp:
         store = _ImageStore(tmp)
         live: dict[str, _Episode] = {spec.episode_id: _Episode(spec) for spec in chosen}
         results: dict[str, list[dict[str, Any]]] = {}
@@ -300,12 +298,6 @@ def build_sft_dataset(
             "command": command,
         }
         atomic_write_json(tmp / "meta.json", meta)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return meta
 
 
