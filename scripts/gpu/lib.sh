@@ -7,7 +7,15 @@ mkdir -p "$OUT/logs"
 stamp() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/timeline.txt"; }
 elapsed() { echo $(( $(date +%s) - T0 )); }
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
-PY=${PY:-$(command -v python3 || command -v python)}
+# PY: the first python on PATH that imports spatialrl (a pyenv shim ahead of an activated venv would not)
+if [ -z "${PY:-}" ]; then
+  for c in python3 python; do
+    p=$(command -v "$c") && "$p" -c "import spatialrl" 2>/dev/null && { PY=$p; break; }
+  done
+  PY=${PY:-$(command -v python3)}
+fi
+# SRL: the spatialrl command as an argument list (usable under `timeout`, unlike a shell function)
+if [ -x "$(command -v spatialrl 2>/dev/null)" ]; then SRL=("$(command -v spatialrl)"); else SRL=("$PY" -m spatialrl.cli); fi
 command -v spatialrl >/dev/null 2>&1 || spatialrl() { "$PY" -m spatialrl.cli "$@"; }
 
 machine_line() {  # one line: host, GPU, library versions

@@ -132,7 +132,7 @@ stage_fit() {  # merge the first SHARDS shards of each kind, train the three mod
 evaluate() {  # label agent task, then eval arguments
   local label=$1 agent=$2 task=$3; shift 3
   # EVAL_TIMEOUT caps one evaluation (a killed one keeps its episodes.jsonl; re-running resumes it)
-  if timeout "${EVAL_TIMEOUT:-100000}" "$PY" -m spatialrl.cli eval --task "$task" --agent "$agent" \
+  if timeout "${EVAL_TIMEOUT:-100000}" "${SRL[@]}" eval --task "$task" --agent "$agent" \
       --out "$WORK/eval/$label" --no-report \
       --batch-size 64 --label "$label" "$@" > "$LOGS/eval-$label.log" 2>&1; then
     stamp "eval $label done"
