@@ -70,6 +70,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2, help="DataLoader workers of the collator row")
     ap.add_argument("--tag", default=None)
+    ap.add_argument("--results-dir", type=Path, default=Path(__file__).parent / "results",
+                    help="where the results JSON goes (default benchmarks/results)")
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
@@ -101,8 +103,8 @@ def main() -> None:
               "data": str(args.data), "samples_in_dataset": len(dataset), "preset": args.preset,
               "batch_size": args.batch_size, "rows": rows}
     tag = args.tag or (gpu or "cpu").replace(" ", "-").lower()
-    out = Path(__file__).parent / "results" / f"sft_speed-{Path(args.data).name}-{tag}.json"
-    out.parent.mkdir(exist_ok=True)
+    out = args.results_dir / f"sft_speed-{Path(args.data).name}-{tag}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
 

@@ -158,7 +158,7 @@ stage_eval() {
   wait
   if [ -f "$WORK/data/virl-1/meta.json" ]; then
     (cd "$ROOT/benchmarks" && "$PY" sft_speed.py --data "$WORK/data/virl-1" --batch-size "$BS_VIRL" \
-        --workers 8 > "$LOGS/sft_speed.log" 2>&1 && cp results/sft_speed-virl-1-*.json "$WORK/eval/") \
+        --workers 8 --results-dir "$WORK/eval" > "$LOGS/sft_speed.log" 2>&1) \
       || stamp "FAILED: sft_speed"
   fi
   rm -f "$WORK"/eval/*/steps.jsonl
