@@ -68,8 +68,9 @@ PRESETS: dict[str, Preset] = {
 RANDOM_NAMES = {f"{name}-random": name for name in PRESETS}
 
 
-def build_model(preset: str, seed: int = 0) -> tuple[Any, Any, dict[str, Any]]:
-    """A randomly initialised built-in model: ``(model, processor, metadata)``; same seed, same weights."""
+def build_model(preset: str, seed: int = 0, sizes: Preset | None = None) -> tuple[Any, Any, dict[str, Any]]:
+    """A randomly initialised built-in model: ``(model, processor, metadata)``; same seed, same weights.
+    ``sizes`` replaces the named preset's sizes (``model.preset_overrides``; the name is then a label)."""
     import torch
     import transformers as T
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
@@ -83,9 +84,9 @@ def build_model(preset: str, seed: int = 0) -> tuple[Any, Any, dict[str, Any]]:
         train_bpe_tokenizer,
     )
 
-    if preset not in PRESETS:
+    if sizes is None and preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; known presets: {', '.join(PRESETS)}")
-    p = PRESETS[preset]
+    p = sizes if sizes is not None else PRESETS[preset]
     texts, sources = prompt_corpus()
     tok = train_bpe_tokenizer(texts, QWEN_SPECIAL_TOKENS, p.vocab_size, QWEN_CHAT_TEMPLATE,
                               eos_token="<|im_end|>", pad_token="<|endoftext|>")

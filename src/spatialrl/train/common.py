@@ -118,12 +118,7 @@ def build_preset(name: str, overrides: dict[str, Any], seed: int) -> tuple[Any, 
         raise DataError(f"model.preset_overrides: unknown field(s) {unknown}; valid: {', '.join(sorted(fields))}")
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
     custom = dataclasses.replace(builtin.PRESETS[name], **values)
-    key = f"{name}+custom"
-    builtin.PRESETS[key] = custom  # visible to build_model for this call only
-    try:
-        model, processor, meta = builtin.build_model(key, seed=seed)
-    finally:
-        del builtin.PRESETS[key]
+    model, processor, meta = builtin.build_model(f"{name}+custom", seed=seed, sizes=custom)
     meta.update(preset=name, preset_overrides=dict(overrides))
     return model, processor, meta
 
