@@ -8,7 +8,7 @@ What one optimiser update does:
 
 1. take ``grad_accum`` micro-batches of ``per_device_batch_size`` samples on every process (a fixed
    permutation per epoch, so the data position follows from the update count alone);
-2. tokenise them with :func:`spatialrl.train.chat_tokens.encode_conversations` — labels are the
+2. tokenise them with :func:`spatialrl.models.encode.encode_conversations` — labels are the
    assistant tokens only (content + end-of-turn), everything else is -100;
 3. loss = Σ token cross-entropy / (assistant tokens in the *whole* update, all processes): every
    supervised token weighs the same whether it sits in a short V-IRL answer or a 30-turn TVR chat
@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from spatialrl.errors import DataError
 from spatialrl.models.builtin import eval_settings_from_dataset
-from spatialrl.train.chat_tokens import IGNORE_INDEX, encode_conversations
+from spatialrl.models.encode import IGNORE_INDEX, encode_conversations
 from spatialrl.train.common import epoch_order, prepare_trainable
 from spatialrl.train.config import SFTConfig
 from spatialrl.train.data import SFTDataset
