@@ -100,6 +100,7 @@ LETTER_SUITE = TaskSuite(
     name="letters", description="say the asked letter (RL test task)", make_env=lambda o: LetterEnv(),
     make_prompter=lambda o: LetterPrompter(bool(o.get("fresh_prompt", False))),
     episodes=letter_episodes, summarize=summarize, default_options={"n": 12, "turns": 2},
+    anchor_field="prev_pose",  # the letter's turn: the state a step-group is keyed on
 )
 
 

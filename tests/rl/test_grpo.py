@@ -65,7 +65,9 @@ def test_grpo_resume_continues_exactly(tmp_path, tiny_model_dir, letter_suite):
 
 
 def test_gated_reward_levels():
-    cfg = GatedRewardConfig()
+    from spatialrl.envs.registry import get_suite
+
+    cfg = GatedRewardConfig(action_pattern=get_suite("tvr").action_pattern)  # the task's own (the default)
     assert gated_reward("I think so. Action: RotateLeft", "Action: RotateLeft", cfg) == (1.0, {"format": 1.0, "match": 1.0})
     assert gated_reward("Action: moveahead", "Action: RotateLeft", cfg) == (0.1, {"format": 1.0, "match": 0.0})
     assert gated_reward("rotate left please", "Action: RotateLeft", cfg) == (0.0, {"format": 0.0, "match": 0.0})
@@ -73,6 +75,8 @@ def test_gated_reward_levels():
     assert gated_reward('{"action": "forward()"}', '{"action": "forward()"}', virl)[0] == 1.0
     with pytest.raises(ValueError, match="action_pattern"):
         gated_reward("x", "no action here", cfg)
+    with pytest.raises(ValueError, match="action_pattern"):
+        gated_reward("x", "Action: Stop", GatedRewardConfig())  # unresolved: no task was given
 
 
 def _traj(group: str, rewards: list[float], poses: list[int]) -> Trajectory:
@@ -93,7 +97,8 @@ def test_trajectory_and_pose_anchored_advantages_by_hand(tmp_path, tiny_model_di
     a = 0.5 / (np.std([1.0, 0.0], ddof=1) + 1e-6)  # returns 1 and 0 in group g
     assert np.allclose(per_turn[0], [a, a]) and np.allclose(per_turn[1], [-a, -a])
     assert per_turn[2] == [0.0] and zero.tolist() == [False, False, True, True]
-    anchored = grpo_config(tmp_path, tiny_model_dir, pose_anchored=True, step_gamma=0.5, step_weight=1.0)
+    anchored = grpo_config(tmp_path, tiny_model_dir, pose_anchored=True, step_gamma=0.5, step_weight=1.0,
+                           anchor_field="prev_pose")
     per_turn, _ = trajectory_advantages(trajs, anchored)
     s = 0.25 / (np.std([0.5, 0.0], ddof=1) + 1e-6)  # step returns 0.5 and 0 from the shared pose 0
     assert np.allclose(per_turn[0], [a + s, a]) and np.allclose(per_turn[1], [-a - s, -a])

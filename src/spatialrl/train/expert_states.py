@@ -20,6 +20,9 @@ def gated_reward(response: str, expert_response: str, cfg: GatedRewardConfig) ->
     """TVRBench's single-turn reward: no parsable action → ``no_format`` (lowest); a parsable action
     that differs from the expert's → ``wrong_action``; the expert's action → ``match`` (highest).
     Actions compare case-insensitively after stripping."""
+    if cfg.action_pattern is None:
+        raise DataError("single.reward.action_pattern: not set and not resolved from a task (GRPO's train() "
+                        "fills it from TaskSuite.action_pattern)")
     pattern = re.compile(cfg.action_pattern, re.IGNORECASE | re.DOTALL)
     mine, gold = pattern.search(response), pattern.search(expert_response)
     if gold is None:

@@ -250,6 +250,18 @@ def optimise(cfg: GRPOConfig, run: Run, seqs: list[Sequence], filler: list[Seque
 
 
 # ------------------------------------------------------------------------------------------ train
+def resolve_task_defaults(cfg: GRPOConfig, suite: Any) -> None:
+    """Fill the task-specific keys left at None (action pattern, anchor field) from the task suite."""
+    if cfg.single.reward.action_pattern is None:
+        cfg.single.reward.action_pattern = suite.action_pattern
+        if cfg.mode == "single" and suite.action_pattern is None:
+            raise DataError(f"single.reward.action_pattern: task {suite.name!r} names no action pattern; set one")
+    if cfg.anchor_field is None:
+        cfg.anchor_field = suite.anchor_field
+        if cfg.pose_anchored and suite.anchor_field is None:
+            raise DataError(f"anchor_field: task {suite.name!r} names no anchor field for pose_anchored; set one")
+
+
 def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """Run GRPO; returns the final summary (also ``OUTPUT/summary.json``). ``stop_after`` ends the run
     after that many updates as if killed (no final save) — how the tests check exact resume. ``prebuilt``
@@ -260,6 +272,7 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
 
     # --- task
     suite, options, episodes = task_episodes(cfg.task, {"distance": "geodesic"} if cfg.geodesic_progress else None)
+    resolve_task_defaults(cfg, suite)
 
     # --- model, reference, optimiser
     model, processor, model_meta = run.load_model(prebuilt)

@@ -168,10 +168,10 @@ class PPOConfig:
 # ------------------------------------------------------------------------------------------- GRPO
 @dataclass
 class GatedRewardConfig:
-    action_pattern: str = field(
-        default=r"Action\s*:\s*([A-Za-z]+)",
-        metadata=_help("Regex whose group 1 is the action (case-insensitive); TVR's parser by default. "
-                       "V-IRL: '\"action\": \"(.*?)\"'."),
+    action_pattern: str | None = field(
+        default=None,
+        metadata=_help("Regex whose group 1 is the action (case-insensitive); None = the task's own "
+                       "(TaskSuite.action_pattern: TVR's `Action: X` parser, V-IRL's JSON action field)."),
     )
     no_format: float = field(default=0.0, metadata=_help("Reward when the answer has no parsable action (lowest)."))
     wrong_action: float = field(default=0.1, metadata=_help("Reward for a parsable but wrong action (middle)."))
@@ -223,7 +223,8 @@ class GRPOConfig:
         metadata=_help("GiGPO-style per-step credit: steps from identical anchor states across a task's G "
                        "trajectories form step groups; A = A_traj + step_weight · A_step."),
     )
-    anchor_field: str = field(default="prev_pose", metadata=_help("info['record'] field naming the state an action was taken in."))
+    anchor_field: str | None = field(default=None, metadata=_help(
+        "info['record'] field naming the state an action was taken in; None = the task's (TVR: prev_pose)."))
     step_weight: float = field(default=1.0, metadata=_help("Weight of the step advantage (GiGPO step_advantage_w 1.0)."))
     step_gamma: float = field(default=0.95, metadata=_help("Discount of step returns for step groups (GiGPO γ 0.95)."))
     geodesic_progress: bool = field(default=False, metadata=_help("TVR: progress reward on walking distance (task option distance=geodesic)."))
