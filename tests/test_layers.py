@@ -21,7 +21,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "spatialrl"
 
 # First dotted component under spatialrl -> layer rank (higher = nearer the user).
 LAYERS = {
-    "conversation": 0, "io": 0, "errors": 0,
+    "conversation": 0, "io": 0, "errors": 0, "lru": 0,
     "render": 1, "models": 1,
     "worlds": 2,
     "envs": 3,

@@ -33,13 +33,13 @@ from __future__ import annotations
 import hashlib
 import inspect
 import sys
-from collections import OrderedDict
 from typing import Any
 
 import torch
 
 # Which families the cache serves, and how, is the family adapter's ``vision_features``
 # (``models/family.py``); the names below stay importable from here (train/common.py, tests).
+from spatialrl.lru import LRU
 from spatialrl.models.family import FAMILIES, QWEN_FAMILIES, VISION_MODULE_NAMES, model_family
 
 SUPPORTED_FAMILIES = tuple(name for name, f in FAMILIES.items() if f.vision_features)
@@ -91,8 +91,7 @@ class VisionCache:
         if max_mb <= 0:
             raise ValueError(f"vision cache size must be > 0 MB (got {max_mb}); pass no cache to turn it off")
         self.max_bytes = int(max_mb * 2**20)
-        self._entries: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
-        self._bytes = 0
+        self._entries = LRU(self.max_bytes, size=lambda entry: entry["bytes"])
         self._signature: tuple | None = None
         self._output_cls: type | None = None
         self.hits = 0
@@ -103,11 +102,10 @@ class VisionCache:
 
     @property
     def nbytes(self) -> int:
-        return self._bytes
+        return self._entries.total
 
     def clear(self) -> None:
         self._entries.clear()
-        self._bytes = 0
 
     @staticmethod
     def supports(model: Any, generate: bool = False) -> bool:
@@ -157,17 +155,16 @@ class VisionCache:
         """Entries for ``keys`` (in order), encoding the missing ones once each: ``encode(first_index
         of each missing key) -> list of entries``."""
         missing = list(dict.fromkeys(k for k in keys if k not in self._entries))  # G copies share images
+        fresh: dict[tuple, dict[str, Any]] = {}  # also the entries too large to keep
         if missing:
             first = {k: i for i, k in reversed(list(enumerate(keys)))}
             for key, entry in zip(missing, encode([first[k] for k in missing]), strict=True):
                 self._store(key, entry)
+                fresh[key] = entry
         self.misses += len(missing)
         self.hits += len(keys) - len(missing)
-        entries = []
-        for key in keys:
-            self._entries.move_to_end(key)
-            entries.append(self._entries[key])
-        self._evict(keep=set(keys))
+        entries = [fresh.get(key) or self._entries.get(key) for key in keys]
+        self._entries.trim(keep=keys)  # never the entries this call returns
         return entries
 
     def _prepare_qwen(self, model: Any, inputs: dict[str, torch.Tensor], device: torch.device) -> dict[str, Any]:
@@ -247,14 +244,4 @@ class VisionCache:
     def _store(self, key: tuple, entry: dict[str, Any]) -> None:
         tensors = [v for v in entry.values() if isinstance(v, torch.Tensor)] + entry.get("deepstack_features", [])
         entry["bytes"] = sum(t.numel() * t.element_size() for t in tensors)
-        self._entries[key] = entry
-        self._bytes += entry["bytes"]
-
-    def _evict(self, keep: set[tuple]) -> None:
-        """Drop least-recently-used entries beyond ``max_bytes`` (never the ones this call returned)."""
-        for key in list(self._entries):
-            if self._bytes <= self.max_bytes:
-                break
-            if key in keep:
-                continue
-            self._bytes -= self._entries.pop(key)["bytes"]
+        self._entries.put(key, entry, trim=False)

@@ -35,7 +35,6 @@ import io
 import json
 import os
 import shutil
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -47,6 +46,7 @@ import numpy as np
 from spatialrl.agents.base import Conversation, Generation, SamplingParams
 from spatialrl.errors import DataError
 from spatialrl.io import atomic_folder, atomic_write_bytes, atomic_write_json, read_jsonl, write_jsonl
+from spatialrl.lru import LRU
 
 FORMAT = "spatialrl-sft/1"
 SampleMode = Literal["auto", "step", "episode"]
@@ -123,12 +123,11 @@ class _ImageStore:
         self.known: set[str] = set()
         # id(array) -> (array, path) for recently seen arrays: a multi-turn chat re-sends the same arrays
         # every turn, so this skips re-hashing them. Bounded, so old frames can be freed.
-        self._recent: OrderedDict[int, tuple[Any, str]] = OrderedDict()
+        self._recent = LRU(256)
 
     def put(self, image: Any) -> str:
         cached = self._recent.get(id(image))
         if cached is not None and cached[0] is image:
-            self._recent.move_to_end(id(image))
             return cached[1]
         arr = np.ascontiguousarray(np.asarray(image))
         if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
@@ -142,9 +141,8 @@ class _ImageStore:
             Image.fromarray(arr).save(buf, format="PNG", compress_level=1)
             atomic_write_bytes(self.root / rel, buf.getvalue())
             self.known.add(digest)
-        self._recent[id(image)] = (image, rel)
-        if len(self._recent) > 256:
-            self._recent.popitem(last=False)
+        self._recent.pop(id(image))  # the id of a freed array can be reused: the new one replaces it
+        self._recent.put(id(image), (image, rel))
         return rel
 
 

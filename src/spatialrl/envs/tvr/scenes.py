@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -26,6 +25,7 @@ import numpy as np
 
 from spatialrl.envs.tvr.lattice import GRID, Lattice, Pose
 from spatialrl.envs.tvr.tasks import SceneRef
+from spatialrl.lru import LRU
 
 BADGE_BG = (60, 60, 60)
 FOV_DEG = 60.0  # TVRBench's fieldOfView
@@ -133,7 +133,7 @@ class _Backend:
     height: int
     max_scenes: int = 16
     _renderer: Any = None
-    _scenes: OrderedDict = field(default_factory=OrderedDict)
+    _scenes: LRU | None = None
 
     @property
     def renderer(self) -> Any:
@@ -144,15 +144,13 @@ class _Backend:
         return self._renderer
 
     def scene(self, scene_id: str) -> _Uploaded:
-        if scene_id in self._scenes:
-            self._scenes.move_to_end(scene_id)
-            return self._scenes[scene_id]
-        house = load_house(scene_id)
-        uploaded = _Uploaded(house, self.renderer.upload(house.meshes, house.textures))
-        self._scenes[scene_id] = uploaded
-        while len(self._scenes) > self.max_scenes:
-            _, old = self._scenes.popitem(last=False)
-            self.renderer.release(old.scene)
+        if self._scenes is None:
+            self._scenes = LRU(self.max_scenes, on_evict=lambda old: self.renderer.release(old.scene))
+        self._scenes.capacity = self.max_scenes  # a batch may have raised it (render_into)
+        uploaded = self._scenes.get(scene_id)
+        if uploaded is None:
+            house = load_house(scene_id)
+            uploaded = self._scenes.put(scene_id, _Uploaded(house, self.renderer.upload(house.meshes, house.textures)))
         return uploaded
 
 
@@ -176,7 +174,10 @@ class RenderService:
     fov: float = FOV_DEG
     hits: int = 0
     misses: int = 0
-    _frames: OrderedDict = field(default_factory=OrderedDict)
+    _frames: LRU | None = None
+
+    def __post_init__(self) -> None:
+        self._frames = LRU(self.cache_frames)  # capacity 0 keeps nothing: cache off
 
     @property
     def backend(self) -> _Backend:
@@ -192,18 +193,13 @@ class RenderService:
         key = (scene_id, pose, label)
         cached = self._frames.get(key)
         if cached is not None:
-            self._frames.move_to_end(key)
             self.hits += 1
             return cached
         self.misses += 1
         img = self.render_raw(scene_id, [pose])[0]
         img = burn_badge(img, label) if label else np.ascontiguousarray(img)
         img.setflags(write=False)
-        if self.cache_frames > 0:
-            self._frames[key] = img
-            while len(self._frames) > self.cache_frames:
-                self._frames.popitem(last=False)
-        return img
+        return self._frames.put(key, img)
 
     def render_into(self, requests: list[tuple[str, Pose, str | None, np.ndarray]]) -> None:
         """Write the frame of each ``(scene_id, pose, label, dest)`` into ``dest`` (H, W, 3), as ``frame``
@@ -211,9 +207,8 @@ class RenderService:
         their scenes (``Renderer.render_batch``): the batch path of ``TVRVectorEnv``."""
         misses = []
         for scene_id, pose, label, dest in requests:
-            cached = self._frames.get((scene_id, pose, label)) if self.cache_frames > 0 else None
+            cached = self._frames.get((scene_id, pose, label))
             if cached is not None:
-                self._frames.move_to_end((scene_id, pose, label))
                 self.hits += 1
                 dest[...] = cached
             else:
@@ -236,9 +231,7 @@ class RenderService:
             if self.cache_frames > 0:
                 img = dest.copy()
                 img.setflags(write=False)
-                self._frames[(scene_id, pose, label)] = img
-        while len(self._frames) > self.cache_frames:
-            self._frames.popitem(last=False)
+                self._frames.put((scene_id, pose, label), img)
 
     def clear(self) -> None:
         self._frames.clear()

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,7 @@ from PIL import Image
 from spatialrl.envs.virl.data import VirlDataset
 from spatialrl.errors import DataError
 from spatialrl.io import atomic_write_bytes
+from spatialrl.lru import LRU
 
 FOV_DEG = 90.0
 VIEW_SIZE = 640  # each perspective view, before resizing to a tile
@@ -174,9 +173,7 @@ class GridCache:
     def __init__(self, max_bytes: int = 1 << 30, disk_dir: str | Path | None = None):
         self.max_bytes = int(max_bytes)
         self.disk_dir = Path(disk_dir) if disk_dir else None
-        self._items: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        self._items = LRU(self.max_bytes, size=lambda arr: arr.nbytes)
         self.hits = self.disk_hits = self.misses = 0
 
     @staticmethod
@@ -185,12 +182,10 @@ class GridCache:
 
     def get(self, key: tuple[Any, ...]) -> np.ndarray | None:
         k = self.digest(key)
-        with self._lock:
-            arr = self._items.get(k)
-            if arr is not None:
-                self._items.move_to_end(k)
-                self.hits += 1
-                return arr
+        arr = self._items.get(k)
+        if arr is not None:
+            self.hits += 1
+            return arr
         if self.disk_dir is not None:
             path = self.disk_dir / f"{k}.npy"
             if path.is_file():
@@ -215,22 +210,10 @@ class GridCache:
 
     def _remember(self, k: str, arr: np.ndarray) -> np.ndarray:
         arr.flags.writeable = False
-        if arr.nbytes > self.max_bytes:
-            return arr
-        with self._lock:
-            if k in self._items:
-                return self._items[k]
-            self._items[k] = arr
-            self._bytes += arr.nbytes
-            while self._bytes > self.max_bytes:
-                _, old = self._items.popitem(last=False)
-                self._bytes -= old.nbytes
-        return arr
+        return self._items.put(k, arr)
 
     def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-            self._bytes = 0
+        self._items.clear()
 
 
 _SHARED: dict[tuple[int, str | None], GridCache] = {}

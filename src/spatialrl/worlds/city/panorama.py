@@ -16,10 +16,9 @@ triangles near the camera, without textures.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import numpy as np
 
+from spatialrl.lru import LRU
 from spatialrl.render import Lighting, Renderer
 from spatialrl.render.camera import FAR
 from spatialrl.render.mesh import Mesh
@@ -87,7 +86,7 @@ class PanoramaRenderer:
         self.tile_size = tile_size
         self._tile: tuple[int, int] | None = None
         self._scene = None
-        self._id_scenes: OrderedDict[int, object] = OrderedDict()
+        self._id_scenes = LRU(8, on_evict=lambda old: self.renderer.release(old))
         self.uploads = 0
 
     @property
@@ -141,15 +140,12 @@ class PanoramaRenderer:
     def _id_scene(self, pano: int):
         if not self.tiled:  # a small city: its one scene is cheap to draw
             return self._scene_for(pano)
-        if pano not in self._id_scenes:
+        scene = self._id_scenes.get(pano)
+        if scene is None:
             c = self.city.panos.xz[pano]
             meshes = self.index.subset(c - ID_RADIUS, c + ID_RADIUS, textured=False)
-            self._id_scenes[pano] = self._upload(meshes, [])
-            if len(self._id_scenes) > 8:
-                _, old = self._id_scenes.popitem(last=False)
-                self.renderer.release(old)
-        self._id_scenes.move_to_end(pano)
-        return self._id_scenes[pano]
+            scene = self._id_scenes.put(pano, self._upload(meshes, []))
+        return scene
 
     def sign_pixels(self, instance_id: int, pano: int, heading: float) -> float:
         """Pixels of ``instance_id`` in the best of the four V-IRL views at ``pano`` facing ``heading``,
