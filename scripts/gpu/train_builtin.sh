@@ -85,9 +85,10 @@ merge() {  # name, shard prefix: the first SHARDS shards of that kind
   spatialrl data merge "${shards[@]}" --out "$WORK/data/$name" --overwrite > "$LOGS/merge-$name.log" 2>&1 \
     && stamp "data $name: $(tail -n 1 "$LOGS/merge-$name.log")" || stamp "FAILED: merge $name"
 }
-train() {  # name recipe batch-size: trains until TRAIN_END_S (at most BUDGET_MIN minutes)
+train() {  # name recipe batch-size: trains until TRAIN_END_S (at most BUDGET_MIN minutes; COMPILE_S is kept
+           # for the tensor compile, which runs before the training clock)
   local name=$1 recipe=$2 bs=$3 budget
-  budget=$("$PY" -c "print(round(max(0.2, min($BUDGET_MIN, ($TRAIN_END_S - $(elapsed) - 45) / 60)), 2))")
+  budget=$("$PY" -c "print(round(max(0.2, min($BUDGET_MIN, ($TRAIN_END_S - $(elapsed) - ${COMPILE_S:-90}) / 60)), 2))")
   stamp "train $name for $budget min"
   if spatialrl train sft "$ROOT/configs/sft/$recipe" --output_dir="$WORK/runs/$name" --checkpoint.resume=never \
       --data.train="$WORK/data/$name" --data.engine=tensor --per_device_batch_size="$bs" \

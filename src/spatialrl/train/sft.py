@@ -179,6 +179,10 @@ def train(cfg: SFTConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
     state = run.resume({"per_device_batch_size": cfg.per_device_batch_size, "grad_accum": G,
                         "train_samples": len(train_set)})
     step = int(state["step"]) if state is not None else 0
+    # The batch source first: data.engine=tensor compiles the dataset here, before the training clock
+    # (and the wall-clock LR schedule) starts.
+    plan = micro_batches(len(train_set), cfg.seed, cfg.per_device_batch_size, world, run.rank, step * G, total_updates * G)
+    batches = micro_batch_source(cfg, train_set, processor, model_type, collate, plan, acc.device)
     run.start_tracker(step, {"setup/train_samples": len(train_set), "setup/updates_total": total_updates,
                              "setup/updates_per_epoch": per_epoch, "setup/resumed_from_step": step})
 
@@ -192,8 +196,6 @@ def train(cfg: SFTConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
         return heldout_loss(acc, model, eval_set, collate, cfg.data.eval_samples, cfg.per_device_batch_size)
 
     # --- loop: one iteration = one optimiser update of grad_accum micro-batches
-    plan = micro_batches(len(train_set), cfg.seed, cfg.per_device_batch_size, world, run.rank, step * G, total_updates * G)
-    batches = micro_batch_source(cfg, train_set, processor, model_type, collate, plan, acc.device)
     window = new_window()
     last_metrics: dict[str, float] = {}
     grad_norm = None
