@@ -7,7 +7,6 @@ plan + frames, V-IRL grids + verifier messages, ...) from the suite's ``render_e
 from __future__ import annotations
 
 import datetime as dt
-import html as html_lib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -191,18 +190,6 @@ def print_metrics(console: Any, table: dict[str, Metrics], max_rows: int = 14, w
         print_errors(console, label, metrics)
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def _html_table(header: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html_lib.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html_lib.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 def _success_key(metrics: Metrics) -> str | None:
     for key in ("success_rate", "SR", "success"):
         if any(key in row for row in metrics.values()):
@@ -307,6 +294,38 @@ summary{cursor:pointer;font-weight:600}img{max-width:100%}.ok{color:#17803d}.bad
 """
 
 
+def _template(name: str, autoescape: bool) -> Any:
+    """A report template (``eval/templates/``); HTML autoescapes every value, episode fragments are
+    marked safe (the task's renderer escapes its own text)."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("spatialrl.eval", "templates"), autoescape=autoescape,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    return env.get_template(name)
+
+
+def _episode_views(suite: Any, task: str, task_runs: list[RunRecords], labels: dict[int, str], assets: Path,
+                   episodes_per_run: int) -> list[dict[str, Any]]:
+    """The episode viewer's entries: each picked episode's summary line and the task's HTML fragment."""
+    views = []
+    for run in task_runs:
+        steps_by_ep: dict[str, list[dict[str, Any]]] = {}
+        for s in run.steps:
+            steps_by_ep.setdefault(s["episode_id"], []).append(s)
+        run_assets = assets / f"{task}_{run.path.name}_{task_runs.index(run)}"
+        run_assets.mkdir(parents=True, exist_ok=True)
+        for ep in _pick_episodes(run, episodes_per_run):
+            fragment = suite.render_episode(ep, steps_by_ep.get(ep["episode_id"], []), run.config.get("options", {}),
+                                            run_assets)
+            views.append({"label": labels[id(run)], "category": str(ep.get("category")), "id": ep["episode_id"],
+                          "ok": "ok" if ep.get("success") and not ep.get("error") else "bad",
+                          "verdict": "error" if ep.get("error") else "success" if ep.get("success") else "failure",
+                          "n_steps": ep.get("n_steps"),
+                          "fragment": fragment.replace('src="', f'src="assets/{run_assets.name}/')})
+    return views
+
+
 def write_report(run_dirs: list[str | Path], out_dir: str | Path, episodes_per_run: int = 6) -> tuple[Path, Path]:
     """Write ``report.md`` and ``report.html`` (+ ``assets/``) comparing ``run_dirs``."""
     out = Path(out_dir)
@@ -319,73 +338,38 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path, episodes_per_r
         by_task.setdefault(r.config["task"], []).append(r)
 
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    md = [f"# spatialrl evaluation report\n\nGenerated {now} by spatialrl {__version__}.\n"]
-    body = [f"<h1>spatialrl evaluation report</h1><p>Generated {now} by spatialrl {__version__}.</p>"]
+    tasks = []
     for task, task_runs in by_task.items():
         suite = get_suite(task)
         metrics = [(labels[id(r)], summarize_run(suite, r.episodes)) for r in task_runs]
-        md.append(f"## {task} — {suite.description}\n")
-        body.append(f"<h2>{html_lib.escape(task)} — {html_lib.escape(suite.description)}</h2>")
+        section: dict[str, Any] = {"task": task, "description": suite.description, "success": None, "runs": [],
+                                   "images": [], "episodes": None}
         key = _success_key(metrics[0][1])
         if key is not None:
             cats = _categories(metrics[0][1])
-            rows = [[label] + fmt_row([m.get(c, {}).get(key, "") for c in cats], key) for label, m in metrics]
-            md += [f"### {key} per category\n", _md_table(["run"] + cats, rows), ""]
-            body += [f"<h3>{key} per category</h3>", _html_table(["run"] + cats, rows)]
+            section["success"] = {"key": key, "header": ["run"] + cats,
+                                  "rows": [[label] + fmt_row([m.get(c, {}).get(key, "") for c in cats], key)
+                                           for label, m in metrics]}
         for run, (label, m) in zip(task_runs, metrics, strict=True):
-            names = _metric_names(m)
             cats = _categories(m)
-            rows = [[n] + fmt_row([m[c].get(n, "") for c in cats], n) for n in names]
-            opts = options_rows(run.config.get("options", {}))
-            md += [f"### {label}: all metrics\n", f"Run: `{run.path}` (agent `{run.config.get('agent')}`)\n",
-                   _md_table(["metric"] + cats, rows), ""]
-            body += [f"<h3>{html_lib.escape(label)}: all metrics</h3><p>Run: <code>{html_lib.escape(str(run.path))}"
-                     f"</code> (agent <code>{html_lib.escape(str(run.config.get('agent')))}</code>)</p>",
-                     _html_table(["metric"] + cats, rows)]
-            if opts:
-                md += [f"<details><summary>{label}: task options</summary>\n", _md_table(["option", "value"], opts),
-                       "\n</details>\n"]
-                body += [f"<details><summary>{html_lib.escape(label)}: task options</summary>"
-                         + _html_table(["option", "value"], opts) + "</details>"]
-            errs = error_lines(m)
-            if errs:
-                md += [f"**Errors ({label}):** " + errs[0], ""] + [f"- `{e}`" for e in errs[1:]] + [""]
-                body += [f'<p class="bad"><b>Errors ({html_lib.escape(label)}):</b> {html_lib.escape(errs[0])}</p>'
-                         "<ul>" + "".join(f"<li><code>{html_lib.escape(e)}</code></li>" for e in errs[1:]) + "</ul>"]
+            section["runs"].append({
+                "label": label, "path": str(run.path), "agent": str(run.config.get("agent")),
+                "header": ["metric"] + cats,
+                "rows": [[n] + fmt_row([m[c].get(n, "") for c in cats], n) for n in _metric_names(m)],
+                "options": options_rows(run.config.get("options", {})), "errors": error_lines(m)})
         seen_names: list[str] = []
         for _, m in metrics:
             seen_names += [n for n in _metric_names(m) if n not in seen_names]
-        gloss = _glossary_rows(seen_names)
-        md += ["### What the metrics mean\n", _md_table(["metric", "meaning"], gloss), ""]
-        body += ["<h3>What the metrics mean</h3>", _html_table(["metric", "meaning"], gloss)]
+        section["glossary"] = _glossary_rows(seen_names)
         for name, plot in (("success", _plot_success), ("actions", _plot_actions)):
             png = assets / f"{task}_{name}.png"
-            made = plot(task, metrics, png) if name == "success" else plot(task, task_runs, png)
-            if made:
-                md.append(f"![{task} {name}](assets/{png.name})\n")
-                body.append(f'<img src="assets/{png.name}" alt="{task} {name}">')
+            if plot(task, metrics, png) if name == "success" else plot(task, task_runs, png):
+                section["images"].append({"src": f"assets/{png.name}", "alt": f"{task} {name}"})
         if suite.render_episode is not None:
-            body.append("<h3>Episodes</h3>")
-            for run in task_runs:
-                steps_by_ep: dict[str, list[dict[str, Any]]] = {}
-                for s in run.steps:
-                    steps_by_ep.setdefault(s["episode_id"], []).append(s)
-                run_assets = assets / f"{task}_{run.path.name}_{task_runs.index(run)}"
-                run_assets.mkdir(parents=True, exist_ok=True)
-                for ep in _pick_episodes(run, episodes_per_run):
-                    ok = "ok" if ep.get("success") and not ep.get("error") else "bad"
-                    verdict = "error" if ep.get("error") else "success" if ep.get("success") else "failure"
-                    fragment = suite.render_episode(ep, steps_by_ep.get(ep["episode_id"], []),
-                                                    run.config.get("options", {}), run_assets)
-                    fragment = fragment.replace('src="', f'src="assets/{run_assets.name}/')
-                    body.append(
-                        f'<details><summary>{html_lib.escape(labels[id(run)])} · '
-                        f'{html_lib.escape(str(ep.get("category")))} · {html_lib.escape(ep["episode_id"])} · '
-                        f'<span class="{ok}">{verdict}</span> · '
-                        f'{ep.get("n_steps")} steps</summary>{fragment}</details>'
-                    )
+            section["episodes"] = _episode_views(suite, task, task_runs, labels, assets, episodes_per_run)
+        tasks.append(section)
     md_path, html_path = out / "report.md", out / "report.html"
-    atomic_write_text(md_path, "\n".join(md) + "\n")
-    page = f"<!doctype html><html><head><meta charset='utf-8'><title>spatialrl report</title><style>{_CSS}</style></head>"
-    atomic_write_text(html_path, page + "<body>" + "\n".join(body) + "</body></html>\n")
+    context = {"now": now, "version": __version__, "tasks": tasks, "css": _CSS}
+    atomic_write_text(md_path, _template("report.md.jinja", autoescape=False).render(context))
+    atomic_write_text(html_path, _template("report.html.jinja", autoescape=True).render(context))
     return md_path, html_path
