@@ -23,20 +23,9 @@ from spatialrl.models.family import (
 from spatialrl.models.tiny import BUILDERS, build_tiny
 from spatialrl.rollout.trajectory import TurnTokenizer
 from spatialrl.train.policy_ops import sample_segments
+from tests.conversations import assistant, user
 
 FAMILY_NAMES = sorted(BUILDERS)
-
-
-def image(rng, size=56):
-    return rng.integers(0, 255, (size, size, 3), dtype=np.uint8)
-
-
-def user(rng, text):
-    return {"role": "user", "content": [{"type": "image", "image": image(rng)}, {"type": "text", "text": text}]}
-
-
-def assistant(text):
-    return {"role": "assistant", "content": [{"type": "text", "text": text}]}
 
 
 def conversation(rng):

@@ -12,20 +12,9 @@ from spatialrl.agents.hf import HFPolicy
 from spatialrl.models.tiny import BUILDERS, build_tiny
 from spatialrl.rollout.trajectory import TurnTokenizer, extends
 from spatialrl.train.policy_ops import sample_segments, score_tokens, token_char_ends
+from tests.conversations import assistant, user
 
 FAMILIES = sorted(BUILDERS)
-
-
-def image(rng, size=56):
-    return rng.integers(0, 255, (size, size, 3), dtype=np.uint8)
-
-
-def user(rng, text):
-    return {"role": "user", "content": [{"type": "image", "image": image(rng)}, {"type": "text", "text": text}]}
-
-
-def assistant(text):
-    return {"role": "assistant", "content": [{"type": "text", "text": text}]}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
