@@ -152,3 +152,20 @@ def test_train_cli(tmp_path, gp_data, tiny_builtin):
     assert bad.exit_code == 2 and "did you mean 'lr'" in bad.output
     listing = runner.invoke(app, ["train", "sft", "--help-config"])
     assert listing.exit_code == 0 and "optim.warmup_ratio" in listing.output
+
+
+def test_tensorboard_through_accelerate_trackers(tmp_path, gp_data, tiny_builtin):
+    """logging.report_to=tensorboard: accelerate's tracker writes the run's scalars under OUTPUT/tensorboard."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    train(make_cfg(out, gp_data, tiny_builtin, max_steps=2, **{"logging.report_to": "tensorboard"}))
+    events = list((out / "tensorboard").rglob("events.out.tfevents.*"))
+    assert events, sorted(p.name for p in out.rglob("*"))
+    scalars = set()
+    for path in events:
+        acc = EventAccumulator(str(path))
+        acc.Reload()
+        scalars |= set(acc.Tags()["scalars"])
+    assert "train/loss" in scalars

@@ -44,11 +44,13 @@ def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------------ accelerate
-def make_accelerator(dtype: str, micro_batch_size: int, max_grad_norm: float) -> Any:
+def make_accelerator(dtype: str, micro_batch_size: int, max_grad_norm: float, log_with: list[str] | None = None,
+                     project_dir: str | Path | None = None) -> Any:
     """An ``Accelerator`` for this launch (single process, DDP, DeepSpeed or FSDP come from ``accelerate
     launch``'s config). ``dtype='auto'`` means bf16 mixed precision on GPU and float32 on CPU.
     ``gradient_accumulation_steps`` stays 1: the trainers accumulate themselves (``train/accumulation.py``)
-    over a number of micro-batches that may change from one optimiser step to the next."""
+    over a number of micro-batches that may change from one optimiser step to the next. ``log_with`` /
+    ``project_dir``: accelerate's experiment trackers (``tracker_backends``; the ``Tracker`` drives them)."""
     from accelerate import Accelerator
 
     use_bf16 = dtype == "bfloat16" or (dtype == "auto" and torch.cuda.is_available())
@@ -56,7 +58,8 @@ def make_accelerator(dtype: str, micro_batch_size: int, max_grad_norm: float) ->
     # --num_processes 2`, or configs/accelerate/cpu_2proc.yaml) then becomes gloo DDP over CPU
     # processes instead of N independent single-process runs.
     accelerator = Accelerator(mixed_precision="bf16" if use_bf16 else "no", gradient_accumulation_steps=1,
-                              cpu=not torch.cuda.is_available())
+                              cpu=not torch.cuda.is_available(), log_with=log_with or None,
+                              project_dir=None if project_dir is None else str(project_dir))
     plugin = accelerator.state.deepspeed_plugin
     if plugin is not None:
         # We feed our own per-rank batches (no prepared DataLoader), so DeepSpeed cannot infer these.
@@ -329,8 +332,9 @@ class Tracker:
 
     def __init__(self, accelerator: Any, output_dir: str | Path, cfg: LoggingConfig, run_config: Any):
         self.active = accelerator.is_main_process
-        self.backends: list[str] = []
-        self._tb = self._wandb = None
+        self.accelerator = accelerator
+        # accelerate's trackers (TensorBoard / W&B), chosen when the accelerator was made (tracker_backends)
+        self.backends: list[str] = [str(getattr(t, "value", t)) for t in (accelerator.log_with or [])]
         self._jsonl: JsonlAppender | None = None
         self._t0 = time.perf_counter()
         if not self.active:
@@ -338,25 +342,11 @@ class Tracker:
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
         self._jsonl = JsonlAppender(out / "metrics.jsonl")
-        config = config_to_dict(run_config)
-        if cfg.report_to in ("auto", "tensorboard"):
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(log_dir=str(out / "tensorboard"))
-                self._tb.add_text("config", "```\n" + json.dumps(config, indent=2) + "\n```")
-                self.backends.append("tensorboard")
-            except ImportError:
-                if cfg.report_to == "tensorboard":
-                    raise DataError("logging.report_to=tensorboard but tensorboard is not installed "
-                                    "(pip install tensorboard)") from None
-        if cfg.report_to == "wandb":
-            try:
-                import wandb
-            except ImportError:
-                raise DataError("logging.report_to=wandb but wandb is not installed (pip install wandb)") from None
-            self._wandb = wandb.init(project=cfg.wandb_project, config=config, dir=str(out))
-            self.backends.append("wandb")
+        if self.backends:
+            # TensorBoard writes to <output_dir>/tensorboard; W&B logs to its project
+            name = cfg.wandb_project if "wandb" in self.backends else "tensorboard"
+            accelerator.init_trackers(name, config=_flat_config(config_to_dict(run_config)),
+                                      init_kwargs={"wandb": {"dir": str(out)}})
 
     def log(self, step: int, metrics: dict[str, float], console: bool = True) -> None:
         """Record ``metrics`` everywhere; the console shows per-category success rates and the
@@ -366,12 +356,8 @@ class Tracker:
         record = {"step": step, "time": round(time.perf_counter() - self._t0, 3), **metrics}
         assert self._jsonl is not None
         self._jsonl.write(record)
-        if self._tb is not None:
-            for k, v in metrics.items():
-                if isinstance(v, int | float):
-                    self._tb.add_scalar(k, v, step)
-        if self._wandb is not None:
-            self._wandb.log(metrics, step=step)
+        if self.backends:
+            self.accelerator.log({k: v for k, v in metrics.items() if isinstance(v, int | float)}, step=step)
         if console:
             from rich.console import Console
 
@@ -391,10 +377,37 @@ class Tracker:
     def close(self) -> None:
         if self._jsonl is not None:
             self._jsonl.close()
-        if self._tb is not None:
-            self._tb.close()
-        if self._wandb is not None:
-            self._wandb.finish()
+        if self.backends and self.active:
+            self.accelerator.end_training()
+
+
+def tracker_backends(cfg: LoggingConfig) -> list[str]:
+    """accelerate ``log_with`` for ``logging.report_to``: auto = TensorBoard when installed; W&B only by name."""
+    import importlib.util
+
+    if cfg.report_to == "none":
+        return []
+    for name, module in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
+        if cfg.report_to == name and importlib.util.find_spec(module) is None:
+            raise DataError(f"logging.report_to={name} but {name} is not installed (pip install {name})")
+    if cfg.report_to == "auto":
+        return ["tensorboard"] if importlib.util.find_spec("tensorboard") is not None else []
+    return [cfg.report_to]
+
+
+def _flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"optim": {"lr": 1e-3}}`` → ``{"optim.lr": 1e-3}``, other values as text (TensorBoard's hparams
+    take scalars and strings only)."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flat_config(value, name + "."))
+        elif isinstance(value, bool | int | float | str):
+            flat[name] = value
+        else:
+            flat[name] = json.dumps(value)
+    return flat
 
 
 def read_metrics(output_dir: str | Path) -> Iterator[dict[str, Any]]:

@@ -53,6 +53,7 @@ from spatialrl.train.common import (
     make_accelerator,
     save_checkpoint,
     save_hf_model,
+    tracker_backends,
 )
 from spatialrl.train.config import config_to_dict
 
@@ -64,7 +65,8 @@ class Run:
         from accelerate.utils import set_seed
 
         self.cfg = cfg
-        self.accelerator = make_accelerator(cfg.model.dtype, micro_batch_size, cfg.optim.max_grad_norm)
+        self.accelerator = make_accelerator(cfg.model.dtype, micro_batch_size, cfg.optim.max_grad_norm,
+                                            log_with=tracker_backends(cfg.logging), project_dir=cfg.output_dir)
         set_seed(cfg.seed)
         self.out = Path(cfg.output_dir)
         if self.accelerator.is_main_process:
