@@ -46,7 +46,7 @@ def demo_command(
     builtin: Annotated[bool, typer.Option(
         help="Add the shipped built-in models' rows (tvr-ao-sft, virl-sft) at their recorded settings.")] = True,
     builtin_episodes: Annotated[int, typer.Option(
-        help="Episodes of a built-in model per TVR category / V-IRL split (a CPU runs them slowly).")] = 2,
+        help="Episodes of a built-in model per TVR category / V-IRL split (a CPU runs them slowly).")] = 1,
 ) -> None:
     """Generate data, evaluate agents on all three tasks, write runs/demo/report/report.html."""
     from rich.console import Console
