@@ -145,7 +145,6 @@ def _encode_rows(root: Path, processor: Any, model_type: str, indices: list[int]
     rows = SFTDataset.rows_of(root)
     images: dict[str, np.ndarray] = {}
     ids, labels, refs = [], [], []
-    token_types = _emits_token_types(processor)
     for i in indices:
         row = rows[i]
         conv, paths = [], []
@@ -166,7 +165,7 @@ def _encode_rows(root: Path, processor: Any, model_type: str, indices: list[int]
         ids.append(row_ids)
         labels.append(row_mask)
         refs.append(paths)
-    return {"ids": ids, "labels": labels, "refs": refs, "images": images, "token_types": token_types}
+    return {"ids": ids, "labels": labels, "refs": refs, "images": images}
 
 
 def _progress(parts: Any, total: int, root: Path, show: bool) -> Any:
@@ -246,6 +245,7 @@ def compile_dataset(root: str | Path, processor: Any, model_type: str, model_pat
     out = root / f"tensors-{key}"
     if (out / "meta.json").is_file():
         return out
+    token_types = _emits_token_types(processor)  # also refuses processors whose outputs we do not rebuild
     rows = SFTDataset.rows_of(root)
     chunks = [list(range(s, min(s + chunk, len(rows)))) for s in range(0, len(rows), chunk)]
     if workers > 0 and len(chunks) > 1:
@@ -292,7 +292,7 @@ def compile_dataset(root: str | Path, processor: Any, model_type: str, model_pat
                                               "tokens": int(sum(len(x) for x in ids)),
                                               "images": len(image_arrays), "image_shape": list(first),
                                               "image_token_id": int(processor.image_token_id),
-                                              "mm_token_type_ids": any(p["token_types"] for p in parts),
+                                              "mm_token_type_ids": token_types,
                                               "image_settings": image_settings(processor)})
     return out
 
