@@ -39,7 +39,7 @@ def probe_states(bench: str | Path, split: str, options: dict[str, Any], n: int,
     opts = {**suite.default_options, **options, "data": str(bench), "split": split, "memory": "ao"}
     with tempfile.TemporaryDirectory() as tmp:
         build_sft_dataset(suite, opts, Path(tmp) / "states", seed=seed, samples="step", progress=False,
-                          expert_noise=0.3, episodes=None)
+                          expert_noise=0.3)
         data = SFTDataset(Path(tmp) / "states")
         rng = np.random.default_rng(seed)
         keep = [i for i in rng.permutation(len(data)).tolist()
