@@ -75,6 +75,38 @@ def test_resume_continues_bit_exactly(tmp_path, gp_vl_data, tiny_builtin):
     assert state["step"] == 4 and state["config"]["grad_accum"] == 2
 
 
+def test_sigterm_pauses_with_a_checkpoint_and_resume_finishes_bit_exactly(tmp_path, gp_vl_data, tiny_builtin,
+                                                                            monkeypatch):
+    """SIGTERM in update 2 (a preemption, `timeout`): checkpoint at 2, no final model; resumed = straight."""
+    import os
+    import signal
+
+    from spatialrl.train.run import Run
+
+    common = {"checkpoint.resume": "auto", "max_steps": 4}
+    straight = tmp_path / "straight"
+    train(make_cfg(straight, gp_vl_data, tiny_builtin, **common))
+    original = Run.after_update
+
+    def after_update(self, step, ending, save, stop_after):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler sets the flag before the next line runs
+        return original(self, step, ending, save, stop_after)
+
+    paused = tmp_path / "paused"
+    with monkeypatch.context() as m:
+        m.setattr(Run, "after_update", after_update)
+        summary = train(make_cfg(paused, gp_vl_data, tiny_builtin, **common))
+    assert summary["paused"] and not summary["finished"] and summary["step"] == 2
+    assert not (paused / "final").exists() and (paused / "checkpoints" / "step-000002").is_dir()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is released after the run
+    summary = train(make_cfg(paused, gp_vl_data, tiny_builtin, **common))
+    assert summary["finished"] and not summary["paused"] and summary["step"] == 4
+    assert losses(paused) == losses(straight)
+    a, b = weights(straight / "final"), weights(paused / "final")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_gradient_accumulation_equals_the_bigger_batch(tmp_path, virl_data, tiny_builtin):
     """Every assistant token weighs the same, however the update's samples are split into micro-batches."""
     train(make_cfg(tmp_path / "big", virl_data, tiny_builtin, max_steps=1, per_device_batch_size=4))

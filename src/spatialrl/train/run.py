@@ -28,6 +28,9 @@ trainers accumulate with :func:`spatialrl.train.accumulation.micro_step` (``no_s
 The time budget (``time_budget_minutes``) counts training time across resumes (``elapsed_s`` in every
 checkpoint), as measured by the main process and broadcast, so every process leaves the loop at the same
 update. A run that reaches it ends like a finished run: last checkpoint, final model, final eval.
+SIGTERM during the loop (preemption, ``timeout``) pauses the run instead: a checkpoint at the end of the
+current update, no final model, ``summary["paused"]``; the same command with ``checkpoint.resume=auto``
+continues it, bit-exactly (``tests/train/test_sft_train.py``).
 """
 
 from __future__ import annotations
@@ -84,7 +87,10 @@ class Run:
         self.params_trainable = self.params_total = 0
         self.tracker: Tracker | None = None
         self.export_skip: tuple[str, ...] = ()  # state-dict prefixes left out of the HF exports (PPO's value head)
-        self.stopped_early = False  # stop_after fired: the run ends as if killed, nothing saved
+        self.stopped_early = False  # stop_after fired or SIGTERM paused the run: no final export
+        self.paused = False  # SIGTERM: a checkpoint was saved at the update it arrived in
+        self._sigterm = False
+        self._previous_handler: Any = None
         self._elapsed_before = 0.0
         self._t_loop = time.perf_counter()
         self.budget_s = float(getattr(cfg, "time_budget_minutes", 0.0)) * 60.0
@@ -179,7 +185,38 @@ class Run:
         self.tracker.log(step, {"setup/params_trainable": self.params_trainable, "setup/params_total": self.params_total,
                                 "setup/processes": self.world, **setup})
         self._t_loop = time.perf_counter()
+        self._catch_sigterm()
         return self.tracker
+
+    # ------------------------------------------------------------------------------------ preemption
+    def _catch_sigterm(self) -> None:
+        """From the first update on, SIGTERM (Slurm preemption, ``timeout``, ``kill``) ends the run at the
+        end of the current update with a checkpoint, so ``checkpoint.resume=auto`` continues it; before
+        that (model load, data compile) there is nothing worth saving and SIGTERM stops the process as usual."""
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread
+
+        def handler(signum: int, frame: Any) -> None:
+            self._sigterm = True
+
+        self._previous_handler = signal.signal(signal.SIGTERM, handler)
+
+    def _release_sigterm(self) -> None:
+        import signal
+
+        if self._previous_handler is not None:
+            signal.signal(signal.SIGTERM, self._previous_handler)
+            self._previous_handler = None
+
+    def sigterm_received(self) -> bool:
+        """Whether any process got SIGTERM (agreed by all processes, so all stop at the same update)."""
+        if self.world == 1:
+            return self._sigterm
+        flag = torch.tensor([1.0 if self._sigterm else 0.0], device=self.device)
+        return bool(self.accelerator.reduce(flag, reduction="sum").item() > 0)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         assert self.tracker is not None
@@ -204,6 +241,14 @@ class Run:
             save(step)
         if stop_after is not None and step >= stop_after:
             self.stopped_early = True
+            return True
+        if not ending and self.sigterm_received():
+            if not (cfg.checkpoint.every > 0 and step % cfg.checkpoint.every == 0):
+                save(step)
+            self.stopped_early = self.paused = True
+            if self.accelerator.is_main_process:
+                print(f"SIGTERM: paused after update {step}, checkpoint saved in {self.out / 'checkpoints'}; "
+                      f"run the same command again (checkpoint.resume=auto) to continue", flush=True)
             return True
         return ending
 
@@ -240,6 +285,8 @@ class Run:
                 finish(summary)
             if self.accelerator.is_main_process:
                 atomic_write_json(self.out / "summary.json", summary)
+        summary["paused"] = self.paused
+        self._release_sigterm()
         self.tracker.close()
         self.accelerator.wait_for_everyone()
         return summary
