@@ -98,7 +98,7 @@ def build_policy(name: str, device: str, new_tokens: int, seed: int = 0):
         dtype = torch.bfloat16 if device != "cpu" else torch.float32
         torch.manual_seed(seed)
         with torch.device(device):
-            model = T.MllamaForConditionalGeneration._from_config(config, dtype=dtype)
+            model = T.AutoModelForImageTextToText.from_config(config, dtype=dtype)
         # Our tokenizer's special tokens live at ids 0..6; point the model's at them.
         tok = processor.tokenizer
         model.config.image_token_index = tok.convert_tokens_to_ids("<|image|>")

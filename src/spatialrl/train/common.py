@@ -76,10 +76,18 @@ def reset_accelerate_state() -> None:
     "AcceleratorState has already been initialized") and its gradient-accumulation state. A launched run
     builds one ``Accelerator``; only a process that trains several times in a row with different
     accelerator settings (tests, benchmarks comparing dtypes) needs this, after each run. No trainer calls
-    it. accelerate has no public reset, so its private ``_reset_state`` is called from here alone.
+    it. accelerate has no public reset (its own test suite calls the same private methods), so its private
+    ``_reset_state`` is called from here alone; ``tests/train/test_accelerate_reset.py`` fails the day
+    accelerate renames it or a second ``Accelerator`` starts honouring new settings on its own.
     """
+    import accelerate
     from accelerate.state import AcceleratorState, GradientState
 
+    for state in (AcceleratorState, GradientState):
+        if not callable(getattr(state, "_reset_state", None)):
+            raise RuntimeError(f"accelerate {accelerate.__version__}: {state.__name__}._reset_state is gone; "
+                               "update spatialrl.train.common.reset_accelerate_state (docs/architecture.md, "
+                               "'Library internals')")
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
 
