@@ -46,7 +46,7 @@ def measure(dtype: str, shuffle: str, data: Path, work: Path, args: argparse.Nam
 
     run = work / f"{dtype}-{shuffle}"
     over = {"output_dir": str(run), "updates": 1, "shuffle": shuffle, "num_envs": args.num_envs, "num_steps": args.num_steps,
-            "ppo_epochs": 1, "minibatch_size": args.minibatch_size, "grad_accum": args.grad_accum, "optim.lr": 0.0,
+            "epochs": 1, "micro_batch_size": args.minibatch_size, "grad_accum": args.grad_accum, "optim.lr": 0.0,
             "model.path": args.model, "model.dtype": dtype, "model.gradient_checkpointing": args.gradient_checkpointing,
             "sampling.temperature": 0.2, "sampling.max_new_tokens": args.new_tokens,
             "checkpoint.every": 0, "logging.report_to": "none", "task.name": "virl", "task.data": str(data),

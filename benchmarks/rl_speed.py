@@ -89,8 +89,8 @@ def run_ppo(args, model, processor, data, out, offload) -> dict[str, Any]:
     from spatialrl.train.rl_config import PPOConfig
 
     over = common_overrides(args, data, out, offload)
-    over.update({"num_envs": args.num_envs, "num_steps": args.num_steps, "ppo_epochs": args.ppo_epochs,
-                 "minibatch_size": args.mb, "grad_accum": args.accum, "shuffle": args.order,
+    over.update({"num_envs": args.num_envs, "num_steps": args.num_steps, "epochs": args.ppo_epochs,
+                 "micro_batch_size": args.mb, "grad_accum": args.accum, "shuffle": args.order,
                  "sampling.temperature": 0.2,
                  "optim.lr": 1e-7, "optim.max_grad_norm": 0.01})
     cfg = load_config(PPOConfig, HERE.parent / "configs/ppo/tiny_cpu.yaml", over)

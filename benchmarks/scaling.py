@@ -138,8 +138,8 @@ def rank_overrides(trainer: str, w: Workload, n: int) -> dict[str, Any]:
         accum = _split(_split(w.ppo_step_batch, n, "ppo_step_batch"), w.ppo_minibatch, "ppo_minibatch")
         if steps % (w.ppo_minibatch * accum):
             raise ValueError("--ppo-steps must be a multiple of --ppo-step-batch (whole optimiser steps per epoch)")
-        return {"num_envs": envs, "num_steps": steps, "minibatch_size": w.ppo_minibatch, "grad_accum": accum,
-                "ppo_epochs": w.ppo_epochs}
+        return {"num_envs": envs, "num_steps": steps, "micro_batch_size": w.ppo_minibatch, "grad_accum": accum,
+                "epochs": w.ppo_epochs}
     if trainer == "grpo":
         return {"mode": "multi", "tasks_per_update": _split(w.grpo_tasks, n, "grpo_tasks"),
                 "group_size": w.grpo_group, "mini_batches": w.grpo_mini_batches,

@@ -40,7 +40,7 @@ def test_both_trainers_with_two_processes(tmp_path, tiny_model_dir):
             common.update({"tasks_per_update": 2, "group_size": 2, "mini_batches": 2, "micro_batch_size": 2})
             per_process_steps = 2 * 2 * 2  # tasks × G × 2 turns
         else:
-            common.update({"num_envs": 2, "num_steps": 4, "minibatch_size": 2, "grad_accum": 2})
+            common.update({"num_envs": 2, "num_steps": 4, "micro_batch_size": 2, "grad_accum": 2})
             per_process_steps = 4
         result = launch(algo, f"configs/{algo}/tiny_cpu.yaml", common)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

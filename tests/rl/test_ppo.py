@@ -47,7 +47,7 @@ def test_ppo_raises_reward(tmp_path, tiny_model_dir, letter_suite, capsys):
 def test_ppo_resume_continues_exactly(tmp_path, tiny_model_dir, letter_suite):
     """Episodes of 3 turns over updates of 2 turns per slot: a checkpoint always cuts through episodes,
     which the resumed run must continue from the same token streams."""
-    over = {"updates": 3, "num_envs": 2, "num_steps": 4, "minibatch_size": 2, "grad_accum": 2,
+    over = {"updates": 3, "num_envs": 2, "num_steps": 4, "micro_batch_size": 2, "grad_accum": 2,
             "checkpoint.every": 1, "task.options": {"letters": "e", "turns": 3}}
     straight = ppo_config(tmp_path / "a", tiny_model_dir, **over)
     train(straight)
@@ -62,14 +62,14 @@ def test_ppo_resume_continues_exactly(tmp_path, tiny_model_dir, letter_suite):
     assert all(torch.equal(x, y) for x, y in zip(ha.state_dict().values(), hb.state_dict().values(), strict=True))
 
 
-def test_minibatch_size_and_accumulation_are_interchangeable(tmp_path, tiny_model_dir, letter_suite):
+def test_micro_batch_size_and_accumulation_are_interchangeable(tmp_path, tiny_model_dir, letter_suite):
     """4 samples as one forward == 4 forwards of 1 accumulated: the same optimiser step."""
     weights = []
-    for minibatch, accum in ((4, 1), (1, 4)):
-        cfg = ppo_config(tmp_path / f"m{minibatch}", tiny_model_dir, updates=1, num_envs=2, num_steps=4, ppo_epochs=1,
-                         minibatch_size=minibatch, grad_accum=accum, **{"optim.lr": 1e-3, "optim.eps": 1.0, "optim.max_grad_norm": 0.0})
+    for micro, accum in ((4, 1), (1, 4)):
+        cfg = ppo_config(tmp_path / f"m{micro}", tiny_model_dir, updates=1, num_envs=2, num_steps=4, epochs=1,
+                         micro_batch_size=micro, grad_accum=accum, **{"optim.lr": 1e-3, "optim.eps": 1.0, "optim.max_grad_norm": 0.0})
         train(cfg)
-        weights.append(load_file(str(tmp_path / f"m{minibatch}/run/final/model.safetensors")))
+        weights.append(load_file(str(tmp_path / f"m{micro}/run/final/model.safetensors")))
     assert all(torch.allclose(weights[0][k], weights[1][k], atol=1e-6) for k in weights[0])
 
 

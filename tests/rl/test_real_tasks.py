@@ -22,7 +22,7 @@ def test_one_update_on_each_real_task(tmp_path, tiny_model_dir):
     virl = write_dataset(tmp_path / "virl", golden_routes(), seed=0)
     ppo_cfg = load_config(PPOConfig, REPO / "configs/ppo/tiny_cpu.yaml", {
         "model.path": str(tiny_model_dir), "output_dir": str(tmp_path / "ppo"), "updates": 1, "num_envs": 4,
-        "num_steps": 8, "ppo_epochs": 1, "checkpoint.every": 0, "task.data": str(virl), "sampling.max_new_tokens": 16,
+        "num_steps": 8, "epochs": 1, "checkpoint.every": 0, "task.data": str(virl), "sampling.max_new_tokens": 16,
         "task.options": {"grid_size": 448, "episodes": 8, "seed": 42}})
     last = ppo(ppo_cfg)["last"]
     assert last["charts/env_steps"] == 8 and last["rollout/step_reward_max"] <= 1.0
@@ -101,7 +101,7 @@ def test_vision_cache_changes_no_number_in_mllama_ppo(tmp_path):
     for mb in (0, 256):
         cfg = load_config(PPOConfig, REPO / "configs/ppo/tiny_cpu.yaml", {
             "model.path": str(model_dir), "model.freeze_vision": True, "output_dir": str(tmp_path / f"c{mb}"),
-            "updates": 2, "num_envs": 2, "num_steps": 4, "ppo_epochs": 2, "minibatch_size": 2, "grad_accum": 1,
+            "updates": 2, "num_envs": 2, "num_steps": 4, "epochs": 2, "micro_batch_size": 2, "grad_accum": 1,
             "checkpoint.every": 0, "task.data": str(virl), "sampling.max_new_tokens": 12,
             "sampling.vision_cache_mb": mb, "task.options": {"grid_size": 112, "episodes": 8, "seed": 42}})
         ppo(cfg)
@@ -121,7 +121,7 @@ def test_env_threads_change_no_number(tmp_path, tiny_model_dir):
     for threads in (1, 3):
         cfg = load_config(PPOConfig, REPO / "configs/ppo/tiny_cpu.yaml", {
             "model.path": str(tiny_model_dir), "output_dir": str(tmp_path / f"t{threads}"), "updates": 1,
-            "num_envs": 3, "num_steps": 6, "ppo_epochs": 1, "checkpoint.every": 0, "task.data": str(virl),
+            "num_envs": 3, "num_steps": 6, "epochs": 1, "checkpoint.every": 0, "task.data": str(virl),
             "task.env_threads": threads, "sampling.max_new_tokens": 8,
             "task.options": {"grid_size": 112, "episodes": 6, "seed": 42}})
         ppo(cfg)

@@ -28,7 +28,7 @@ class RunsCode:
 
 
 def test_resume_refuses_a_rollout_state_that_runs_code(tmp_path, tiny_model_dir, letter_suite):
-    cfg = ppo_config(tmp_path, tiny_model_dir, **{"updates": 2, "num_envs": 2, "num_steps": 4, "minibatch_size": 2,
+    cfg = ppo_config(tmp_path, tiny_model_dir, **{"updates": 2, "num_envs": 2, "num_steps": 4, "micro_batch_size": 2,
                                                   "checkpoint.every": 1, "task.options": {"letters": "e", "turns": 3}})
     train(cfg, stop_after=1)
     state = tmp_path / "run/rollout_state/update-000001-rank-0.pt"
@@ -99,7 +99,7 @@ def test_virl_rollout_state_with_images_resumes(tmp_path, tiny_model_dir):
     virl = write_dataset(tmp_path / "virl", golden_routes(), seed=0)
     cfg = load_config(PPOConfig, REPO / "configs/ppo/tiny_cpu.yaml", {
         "model.path": str(tiny_model_dir), "output_dir": str(tmp_path / "ppo"), "updates": 2, "num_envs": 2,
-        "num_steps": 4, "minibatch_size": 2, "ppo_epochs": 1, "checkpoint.every": 1, "task.data": str(virl),
+        "num_steps": 4, "micro_batch_size": 2, "epochs": 1, "checkpoint.every": 1, "task.data": str(virl),
         "sampling.max_new_tokens": 8, "task.options": {"grid_size": 224, "episodes": 4, "seed": 42}})
     train(cfg, stop_after=1)
     saved = load_state(tmp_path / "ppo/rollout_state/update-000001-rank-0.pt")

@@ -39,8 +39,8 @@ def test_per_process_sizes_multiply_back_to_the_global_batch(preset):
         ppo = scaling.rank_overrides("ppo", w, n)
         assert ppo["num_envs"] * n == w.ppo_envs and ppo["num_steps"] * n == w.ppo_steps
         assert ppo["num_steps"] // ppo["num_envs"] == w.ppo_steps // w.ppo_envs  # same rollout length
-        assert ppo["minibatch_size"] * ppo["grad_accum"] * n == w.ppo_step_batch
-        optimiser_steps.add(ppo["num_steps"] // (ppo["minibatch_size"] * ppo["grad_accum"]))
+        assert ppo["micro_batch_size"] * ppo["grad_accum"] * n == w.ppo_step_batch
+        optimiser_steps.add(ppo["num_steps"] // (ppo["micro_batch_size"] * ppo["grad_accum"]))
         grpo = scaling.rank_overrides("grpo", w, n)
         assert grpo["tasks_per_update"] * n == w.grpo_tasks and grpo["group_size"] == w.grpo_group
     assert len(optimiser_steps) == 1  # the same number of PPO optimiser steps per epoch at every N
