@@ -3,8 +3,8 @@
 Every module of ``src/spatialrl`` is parsed with ``ast``; every import counts, the ones inside functions
 too (a function-level import hides a cycle from Python, not from this test). Layers, bottom up::
 
-    conversation, io, errors  <  render, models  <  worlds  <  envs  <  agents  <  rollout  <  eval, train
-    <  web, cli (and every area's own ``cli.py``, which only mounts commands)
+    conversation, io, errors, lru, overrides  <  render, models  <  worlds  <  envs  <  agents  <  rollout
+    <  eval, train  <  web, cli (and every area's own ``cli.py``, which only mounts commands)
 
 A module may import its own layer and the layers below it, never one above.
 """
@@ -21,7 +21,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "spatialrl"
 
 # First dotted component under spatialrl -> layer rank (higher = nearer the user).
 LAYERS = {
-    "conversation": 0, "io": 0, "errors": 0, "lru": 0,
+    "conversation": 0, "io": 0, "errors": 0, "lru": 0, "overrides": 0,
     "render": 1, "models": 1,
     "worlds": 2,
     "envs": 3,

@@ -11,3 +11,7 @@ class DataError(SpatialRLError, ValueError):
 
 class RenderUnavailable(SpatialRLError, RuntimeError):
     """The offscreen renderer (EGL) cannot start; the message names the packages to install."""
+
+
+class ConfigError(SpatialRLError, ValueError):
+    """A recipe, override or ``--set`` flag is invalid; the message names the file/flag and the key."""

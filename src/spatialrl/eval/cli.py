@@ -8,19 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from spatialrl.errors import SpatialRLError
-
-
-def parse_sets(sets: list[str] | None) -> dict[str, Any]:
-    """Parse repeated ``--set key=value`` flags; values are read as YAML scalars (ints, floats, bools)."""
-    import yaml
-
-    out: dict[str, Any] = {}
-    for item in sets or []:
-        if "=" not in item:
-            raise typer.BadParameter(f"--set expects key=value, got {item!r}")
-        key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value) if value else ""
-    return out
+from spatialrl.overrides import parse_sets
 
 
 def default_run_dir(task: str, agent: str, options: dict[str, Any]) -> Path:

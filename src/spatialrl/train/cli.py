@@ -16,9 +16,11 @@ import typer
 from spatialrl.errors import SpatialRLError
 
 data_app = typer.Typer(help="Build training datasets from expert episodes.", no_args_is_help=True)
-train_app = typer.Typer(help="Train models: `spatialrl train sft CONFIG [--a.b=value ...]`.", no_args_is_help=True)
+train_app = typer.Typer(help="Train models: `spatialrl train sft CONFIG [--set a.b=value | --a.b=value ...]`.",
+                        no_args_is_help=True)
 
-# Commands that take a recipe plus free `--a.b=value` overrides (typer must not parse those itself).
+# Commands that take a recipe plus free `--set a.b=value` / `--a.b=value` overrides (typer must not parse
+# those itself; spatialrl/overrides.py reads them, as it reads every command's --set).
 OVERRIDE_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
@@ -120,7 +122,7 @@ def data_sft_command(
 
     try:
         from spatialrl.envs.registry import get_suite
-        from spatialrl.eval.cli import parse_sets
+        from spatialrl.overrides import parse_sets
         from spatialrl.train.cot import thought_function
         from spatialrl.train.data import build_sft_dataset
 

@@ -1,8 +1,9 @@
 """Typed training configs: dataclasses + a YAML recipe + dotted command-line overrides.
 
-A recipe is a YAML file whose nested mappings mirror the dataclass fields; ``--a.b=value`` flags on the
-command line override single fields (values are read as YAML scalars, so ``--optim.lr=1e-5`` is a
-float and ``--model.lora.enabled=true`` a bool). Everything is validated against the field types
+A recipe is a YAML file whose nested mappings mirror the dataclass fields; ``--set a.b=value`` (or the
+shorthand ``--a.b=value``) on the command line overrides single fields, in the one override syntax of
+every command (``spatialrl/overrides.py``: values are read as YAML, so ``--optim.lr=1e-5`` is a float
+and ``--model.lora.enabled=true`` a bool). Everything is validated against the field types
 before training starts: an unknown key, a wrong type or a value outside a ``Literal`` is an error that
 names the file (or flag) and the key, and suggests the closest valid key. Each field's help text is
 written once, in ``field(metadata={"help": ...})`` (TRL style), and ``spatialrl train sft --help-config``
@@ -28,11 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from spatialrl.errors import SpatialRLError
-
-
-class ConfigError(SpatialRLError, ValueError):
-    """A recipe or override is invalid; the message names the file/flag and the key."""
+from spatialrl.errors import ConfigError
+from spatialrl.overrides import SET, parse_assignment, parse_value
 
 
 def _help(text: str) -> dict[str, str]:
@@ -231,30 +229,36 @@ def check_task_name(name: str, key: str = "task") -> None:
 
 # ------------------------------------------------------------------------------------------ machinery
 def parse_overrides(args: list[str]) -> dict[str, Any]:
-    """``["--optim.lr=1e-5", "--model.lora.enabled", "true"]`` → ``{"optim.lr": 1e-5, "model.lora.enabled": True}``.
+    """``["--optim.lr=1e-5", "--model.lora.enabled", "true", "--set", "seed=3"]`` →
+    ``{"optim.lr": 1e-5, "model.lora.enabled": True, "seed": 3}``.
 
-    Accepts ``--key=value`` and ``--key value``; values are YAML scalars (``null`` for None).
+    ``--set KEY=VALUE`` is the syntax of every command (``spatialrl/overrides.py``: values are YAML,
+    ``null`` for None, errors ``<flag><key>: <problem>``); ``--KEY=VALUE`` and ``--KEY VALUE`` are the
+    trainers' shorthand for it, read by the same functions.
     """
-    import yaml
-
     out: dict[str, Any] = {}
     i = 0
     while i < len(args):
         arg = args[i]
-        if not arg.startswith("--") or len(arg) < 3:
-            raise ConfigError(f"override {arg!r}: expected --key=value (e.g. --optim.lr=1e-5)")
-        if "=" in arg:
+        if arg == "--set" or arg.startswith("--set="):
+            if arg == "--set":
+                if i + 1 >= len(args):
+                    raise ConfigError("--set: missing KEY=VALUE")
+                text, i = args[i + 1], i + 2
+            else:
+                text, i = arg[len("--set="):], i + 1
+            key, value = parse_assignment(text, SET)
+        elif not arg.startswith("--") or len(arg) < 3 or arg[2] == "=":
+            raise ConfigError(f"override {arg!r}: expected --set KEY=VALUE or --KEY=VALUE (e.g. --optim.lr=1e-5)")
+        elif "=" in arg:
             key, raw = arg[2:].split("=", 1)
-            i += 1
+            value, i = parse_value(raw, key, "--"), i + 1
         else:
             if i + 1 >= len(args) or args[i + 1].startswith("--"):
-                raise ConfigError(f"override {arg!r}: missing value (use --key=value)")
-            key, raw = arg[2:], args[i + 1]
-            i += 2
-        try:
-            out[key] = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError as e:
-            raise ConfigError(f"override --{key}: cannot read value {raw!r}: {e}") from e
+                raise ConfigError(f"{arg}: missing value (use {arg}=VALUE)")
+            key = arg[2:]
+            value, i = parse_value(args[i + 1], key, "--"), i + 2
+        out[key] = value
     return out
 
 

@@ -24,16 +24,21 @@ def play_command(
     import uvicorn
 
     from spatialrl.envs.registry import get_suite
-    from spatialrl.eval.cli import parse_sets
+    from spatialrl.errors import SpatialRLError
+    from spatialrl.overrides import parse_sets
     from spatialrl.web.server import PlayState, create_app
 
-    suite = get_suite(task)
-    options = dict(suite.default_options)
-    if data is not None:
-        options["data"] = data
-    if split is not None:
-        options["split"] = split
-    options.update(parse_sets(set_))
+    try:
+        suite = get_suite(task)
+        options = dict(suite.default_options)
+        if data is not None:
+            options["data"] = data
+        if split is not None:
+            options["split"] = split
+        options.update(parse_sets(set_))
+    except SpatialRLError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     if not idle_timeout > 0:
         raise typer.BadParameter(f"must be > 0 minutes, got {idle_timeout}", param_hint="--idle-timeout")
     state = PlayState(suite, options, out, replay_dir=replay, idle_timeout_s=idle_timeout * 60.0)
