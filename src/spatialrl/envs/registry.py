@@ -12,6 +12,10 @@ The contract with the env (a ``gymnasium.Env`` whose action is the model's raw t
   - ``"record"``: a JSON-able dict of per-step fields worth logging (pose, validity, ...).
 * the ``info`` of the final step (terminated or truncated) carries ``"episode"``: a JSON-able dict of
   per-episode fields (``success`` at least) that ``TaskSuite.summarize`` turns into metrics.
+
+A suite that can batch also gives ``make_vector_env(options, n)`` (``spatialrl.envs.vector`` states what
+the rollout core needs of it); the core then steps every slot of a turn through that one vector env, with
+the same per-slot results as ``n`` single envs.
 """
 
 from __future__ import annotations
@@ -84,6 +88,11 @@ class TaskSuite:
     # Optional ``info["record"]`` field naming the state an action was taken in: the default anchor of
     # GRPO's per-step groups (``anchor_field``) on this task.
     anchor_field: str | None = None
+    # Optional batching capability: (options, n) -> a Gymnasium VectorEnv of n envs equal to n
+    # ``make_env(options)`` envs (Disabled autoreset, ``reset_mask``/``per_env`` resets, ``None`` actions
+    # skip an env; the contract is in ``spatialrl.envs.vector``), or None to not batch with these options.
+    # When it gives one, the rollout core (eval runner, RL loops) steps all slots through it in one call.
+    make_vector_env: Callable[[dict[str, Any], int], Any] | None = None
 
 
 _SUITES: dict[str, TaskSuite] = {}

@@ -11,6 +11,13 @@ What the core owns, once: making the envs, starting an episode in a slot (``env.
 fresh prompter from ``TaskSuite.make_prompter``, ``prompter.reset``), one lock-step turn (the act step for
 the chosen slots, the env steps, the slot's turn count and return, the prompter's update when the episode
 goes on), the turn cap, the thread pool for suites with ``thread_safe_envs`` and the time spent in envs.
+
+Batched envs: when the suite offers ``make_vector_env`` and it gives a vector env for these options, the
+pool holds that one env (through :class:`spatialrl.envs.vector.VectorSlots`) instead of one env per slot:
+the resets of a ``start`` and the steps of a ``turn`` go to it in one call each (one batched render), and
+each slot gets back exactly what its own single env would have returned, so everything above — seeds and
+reset options per episode, turn caps, which slots act, records — is unchanged. Each slot's ``env`` is then
+a :class:`~spatialrl.envs.vector.SlotEnv` view (single-env calls, one env of the batch at a time).
 What each loop keeps: what it records (step lines and episode records, or token trajectories), which
 slots act (PPO picks slots, the runner takes all), and what to do with a finished slot.
 
@@ -28,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from spatialrl.envs.registry import EpisodeSpec, Prompter, TaskSuite
+from spatialrl.envs.vector import SlotEnv, VectorSlots
 
 
 class Answer(Protocol):
@@ -91,12 +99,23 @@ class SlotPool(Generic[S]):
     ``env_threads`` > 1 runs resets and steps in a thread pool when the suite declares ``thread_safe_envs``
     (V-IRL: cv2 projection releases the GIL); every slot works on its own env, so threads change no
     result and outcomes keep slot order. ``seconds["env"]`` adds up the time spent in resets and steps.
+
+    ``vector`` is the suite's vector env when it offers one for these options (``suite.make_vector_env``;
+    the suite's own option turns it off, e.g. TVR's ``vector_env=false``): then all slots' resets and steps
+    of a call run as one batched call; results are the same as with one env per slot.
     """
 
     def __init__(self, suite: TaskSuite, options: dict[str, Any], n_slots: int, max_turns: int,
                  env_threads: int = 1, make_slot: Callable[[Any], S] = Slot):  # type: ignore[assignment]
         self.suite, self.options, self.max_turns = suite, options, max_turns
-        self.slots: list[S] = [make_slot(suite.make_env(options)) for _ in range(n_slots)]
+        self.vector: VectorSlots | None = None
+        venv = suite.make_vector_env(options, n_slots) if suite.make_vector_env is not None and n_slots > 0 else None
+        if venv is not None:
+            self.vector = VectorSlots(venv)
+            if self.vector.num_envs != n_slots:
+                raise RuntimeError(f"{suite.name}: make_vector_env(options, {n_slots}) made {self.vector.num_envs} envs")
+        self.slots: list[S] = [make_slot(SlotEnv(self.vector, i) if self.vector is not None else suite.make_env(options))
+                               for i in range(n_slots)]
         self.seconds: dict[str, float] = {"env": 0.0}
         self.executor: ThreadPoolExecutor | None = None
         if env_threads > 1 and suite.thread_safe_envs and n_slots > 1:
@@ -107,6 +126,8 @@ class SlotPool(Generic[S]):
             self.executor.shutdown()
         for slot in self.slots:
             slot.env.close()
+        if self.vector is not None:
+            self.vector.close()
 
     def map(self, fn: Callable[[T], U], items: Sequence[T]) -> list[U]:
         """``[fn(x) for x in items]``, in the env threads when there are any (order kept)."""
@@ -126,8 +147,11 @@ class SlotPool(Generic[S]):
         and show it the first observation. Returns the started slots."""
         slots = [self.slots[i] for i, _ in jobs]
         t0 = time.perf_counter()
-        resets = self.map(lambda job: self.slots[job[0]].env.reset(seed=job[1].seed,
-                                                                   options=dict(job[1].reset_options)), jobs)
+        if self.vector is not None:
+            resets = self.vector.reset([(i, spec.seed, dict(spec.reset_options)) for i, spec in jobs])
+        else:
+            resets = self.map(lambda job: self.slots[job[0]].env.reset(seed=job[1].seed,
+                                                                       options=dict(job[1].reset_options)), jobs)
         self.seconds["env"] += time.perf_counter() - t0
         for slot, (_, spec), (obs, info) in zip(slots, jobs, resets, strict=True):
             self._begin(slot, spec, obs, info)
@@ -181,7 +205,10 @@ class SlotPool(Generic[S]):
         outcomes = [Outcome(index=i, slot=s, answer=a) for i, s, a in zip(indices, slots, answers, strict=True)]
         stepping = [o for o in outcomes if o.answer.error is None]
         t0 = time.perf_counter()
-        results = self.map(lambda o: o.slot.env.step(o.answer.text), stepping)
+        if self.vector is not None:
+            results = self.vector.step([(o.index, o.answer.text) for o in stepping])
+        else:
+            results = self.map(lambda o: o.slot.env.step(o.answer.text), stepping)
         self.seconds["env"] += time.perf_counter() - t0
         for o, (obs, reward, terminated, truncated, info) in zip(stepping, results, strict=True):
             o.step = (obs, float(reward), bool(terminated), bool(truncated), info)

@@ -6,7 +6,10 @@ Options (``--data``, ``--split``, ``--set key=value``):
 ``cot`` · ``target_once`` · ``history_len`` (AO) · ``window`` (window memory) · ``width``/``height`` ·
 ``badges`` · ``cache_mb`` · ``distance`` euclidean|geodesic · ``max_steps_single``/``max_steps_multi`` ·
 ``limit`` (episodes, taken round-robin over categories so a small limit still covers all four) ·
-``categories`` (list or comma-separated, e.g. ``single-easy,multi-hard``).
+``categories`` (list or comma-separated, e.g. ``single-easy,multi-hard``) · ``vector_env`` (default true:
+the rollout core steps all slots through one ``TVRVectorEnv``, every frame of a turn in one batched render;
+the episodes are the same as with one ``TVREnv`` per slot, tested; ``false`` goes back to one env per slot).
+``vector_env`` is not among ``DEFAULT_OPTIONS`` so that runs made before it existed resume unchanged.
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "categories": None,
     "expert_tie_break": "look_first",  # among equally optimal actions: look_first | canonical (oracle.py)
 }
-_KNOWN = set(DEFAULT_OPTIONS)
+# Runtime choices that change no result and are not in DEFAULT_OPTIONS (a run's options stay as they were).
+_RUNTIME = {"vector_env": True}
+_KNOWN = set(DEFAULT_OPTIONS) | set(_RUNTIME)
 _CHOICES = {"memory": MEMORY_MODES, "distance": ("euclidean", "geodesic")}  # split: the bench says which it has
 _MINIMUM = {"history_len": 0, "window": 1, "width": 16, "height": 16, "cache_mb": 0, "max_steps_single": 1,
             "max_steps_multi": 1}
@@ -50,8 +55,8 @@ def _options(options: dict[str, Any]) -> dict[str, Any]:
     unknown = set(options) - _KNOWN
     if unknown:
         raise DataError(f"unknown TVR option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_KNOWN))}")
-    check_option_values("tvr", options, DEFAULT_OPTIONS, choices=_CHOICES, minimum=_MINIMUM)
-    opts = {**DEFAULT_OPTIONS, **options}
+    check_option_values("tvr", options, {**DEFAULT_OPTIONS, **_RUNTIME}, choices=_CHOICES, minimum=_MINIMUM)
+    opts = {**DEFAULT_OPTIONS, **_RUNTIME, **options}
     if not opts["data"]:
         raise DataError("TVR needs a bench folder: --data DIR (make one with `spatialrl tvr make-bench --out DIR`)")
     return opts
@@ -75,6 +80,21 @@ def make_env(options: dict[str, Any]):
                   cache_mb=o["cache_mb"], max_steps_single=o["max_steps_single"],
                   max_steps_multi=o["max_steps_multi"], distance=o["distance"],
                   expert_tie_break=o["expert_tie_break"])
+
+
+def make_vector_env(options: dict[str, Any], n: int):
+    """``n`` TVR envs in one ``TVRVectorEnv`` (the rollout core's batch path), or None with ``vector_env=false``.
+    Autoreset is off (the core starts each slot's episode) and buffers are the env's own (the core copies
+    each slot's frames out)."""
+    from spatialrl.envs.tvr.vector import TVRVectorEnv
+
+    o = _options(options)
+    if not o["vector_env"]:
+        return None
+    return TVRVectorEnv(n, bench=o["data"], split=o["split"], width=o["width"], height=o["height"],
+                        badges=o["badges"], cache_mb=o["cache_mb"], max_steps_single=o["max_steps_single"],
+                        max_steps_multi=o["max_steps_multi"], distance=o["distance"],
+                        expert_tie_break=o["expert_tie_break"], autoreset_mode="Disabled", copy=False)
 
 
 def make_prompter(options: dict[str, Any]) -> TVRPrompter:
@@ -144,5 +164,6 @@ SUITE = register_suite(
         thought=tvr_thought,
         action_pattern=ACTION_RE.pattern,
         anchor_field="prev_pose",  # the pose before the action
+        make_vector_env=make_vector_env,
     )
 )

@@ -52,6 +52,7 @@ from gymnasium.vector.utils import batch_space
 from spatialrl.envs.tvr import oracle
 from spatialrl.envs.tvr.episode import Episode, RewardConfig, TaskPool, check_env_args
 from spatialrl.envs.tvr.scenes import render_service
+from spatialrl.envs.vector import batch_infos, unbatch_info  # noqa: F401  (unbatch_info re-exported)
 
 Request = tuple[str, Any, "str | None", np.ndarray]
 
@@ -220,56 +221,9 @@ class TVRVectorEnv(VectorEnv):
                 self._targets.setflags(write=False)
             merged["target_image"] = self._targets
         else:
-            targets = np.zeros_like(self._targets)
+            targets = np.zeros(self._targets.shape, self._targets.dtype)  # calloc: only masked frames written
             targets[contributed] = self._targets[contributed]
             merged["target_image"] = targets
         merged["_target_image"] = contributed.copy()
         return merged
 
-
-def batch_infos(infos: Sequence[tuple[int, dict[str, Any]]], n: int) -> dict[str, Any]:
-    """``VectorEnv._add_info`` applied to every ``(env index, info)`` in order, computed key by key: an
-    array per key typed by its first value (Python/NumPy number → that dtype, ndarray → stacked, else
-    object; ``final_obs`` always object), nested dicts recursively, a ``_key`` bool mask per key."""
-    columns: dict[str, list[tuple[int, Any]]] = {}
-    for i, info in infos:
-        for key, value in info.items():
-            columns.setdefault(key, []).append((i, value))
-    out: dict[str, Any] = {}
-    for key, pairs in columns.items():
-        first = pairs[0][1]
-        if key == "final_obs":
-            array: Any = np.full(n, None, dtype=object)
-        elif isinstance(first, dict):
-            array = batch_infos(pairs, n)
-        elif type(first) in (int, float, bool) or isinstance(first, np.number):
-            array = np.zeros(n, dtype=type(first))
-        elif isinstance(first, np.ndarray):
-            array = np.zeros((n, *first.shape), dtype=first.dtype)
-        else:
-            array = np.full(n, None, dtype=object)
-        if not isinstance(array, dict):
-            for i, value in pairs:
-                array[i] = value
-        mask = np.zeros(n, np.bool_)
-        mask[[i for i, _ in pairs]] = True
-        out[key], out[f"_{key}"] = array, mask
-    return out
-
-
-def unbatch_info(infos: dict[str, Any], i: int) -> dict[str, Any]:
-    """Env ``i``'s own info dict from gymnasium's batched infos (the inverse of ``VectorEnv._add_info``):
-    keys whose ``_key`` mask is set for ``i``, nested dicts likewise, NumPy scalars as Python numbers."""
-    out: dict[str, Any] = {}
-    for key, value in infos.items():
-        if key.startswith("_"):
-            continue
-        mask = infos.get(f"_{key}")
-        if mask is not None and not mask[i]:
-            continue
-        if isinstance(value, dict):
-            out[key] = unbatch_info(value, i)
-        else:
-            item = value[i]
-            out[key] = item.item() if isinstance(item, np.generic) else item
-    return out
