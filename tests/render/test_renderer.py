@@ -106,6 +106,38 @@ def test_batch_equals_single_and_chunking(renderer, monkeypatch):
     assert renderer.render(scene, []).shape == (0, 48, 64, 3)
 
 
+def test_one_readback_per_chunk_and_both_read_paths_agree(monkeypatch):
+    """Frames of a chunk are layers of one texture array, read back in one call (``glGetTextureSubImage``);
+    without that call (GL < 4.5) each layer is read on its own: same pixels, colour and ids."""
+    from spatialrl.render import layers
+
+    meshes = _boxes(((0, 1.5, 3), (0.5, 0.5, 0.5), RED, 1), ((2, 1, 2), (1, 2, 0.5), GREEN, 2))
+    cams = [Camera(EYE, yaw, pitch) for yaw in (0, 30, 60) for pitch in (-30, 0, 30)]
+    reads: list[int] = []
+    read = layers.LayerTarget.read
+
+    def counting(self, n, out):
+        reads.append(n)
+        return read(self, n, out)
+
+    monkeypatch.setattr(layers.LayerTarget, "read", counting)
+    frames = {}
+    for sub_image in (True, False):
+        monkeypatch.setattr(layers, "can_read_sub_image", lambda ctx, s=sub_image: s)
+        with Renderer(40, 30) as r:
+            scene = r.upload(meshes)
+            reads.clear()
+            frames[sub_image] = (r.render(scene, cams), r.render_ids(scene, cams))
+            assert reads == [9, 9]  # one readback of 9 layers per call
+            assert all(t.sub_image is sub_image for t in r._targets.values())
+            with monkeypatch.context() as m:  # chunks of 4 frames: one readback per chunk
+                m.setattr(renderer_module, "MAX_BATCH_PIXELS", 40 * 30 * 4)
+                reads.clear()
+                assert np.array_equal(r.render(scene, cams), frames[sub_image][0])
+                assert reads == [4, 4, 1]
+    assert np.array_equal(frames[True][0], frames[False][0]) and np.array_equal(frames[True][1], frames[False][1])
+
+
 def test_faces_differ_by_orientation(renderer):
     """Lighting: two walls meeting at a corner get different brightness."""
     b = MeshBuilder()

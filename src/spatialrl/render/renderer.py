@@ -6,8 +6,9 @@ Why it is shaped like this (llvmpipe on 2 CPU cores is the slow case we design f
 - objects are stored before structure (walls, floor) so furniture fills the depth buffer first and
   the large wall/floor polygons behind it are rejected by the early depth test;
 - all textures live in one texture array (a layer per texture), so switching textures costs nothing;
-- a batch of cameras is drawn into one tiled framebuffer (a viewport per camera) and read back once,
-  which lets llvmpipe rasterise all tiles in one go instead of stalling on a readback per camera;
+- a batch of cameras is drawn into the layers of one texture array (a full-size surface per camera, so
+  a frame does not depend on its slot in the batch) and read back in one call per chunk, so the GL
+  pipeline is waited on once per chunk, not once per camera (``render/layers.py``);
 - instance ids come from a second, untextured pass that writes the id as 24-bit colour.
 """
 
@@ -27,9 +28,10 @@ from spatialrl.render import equirect as _equirect
 from spatialrl.render import shaders
 from spatialrl.render.camera import Camera
 from spatialrl.render.context import create_egl_context
+from spatialrl.render.layers import LayerTarget
 from spatialrl.render.mesh import Mesh
 
-MAX_BATCH_PIXELS = 1 << 23  # frames drawn before reading back (36 of 640x360): bounds framebuffer memory
+MAX_BATCH_PIXELS = 1 << 23  # frames drawn per readback (36 of 640x360): bounds the layer target's memory
 # Flipping clip-space y renders images upside down in GL terms, i.e. top row first in memory.
 _FLIP_Y = np.diag([1.0, -1.0, 1.0, 1.0])
 # The GL context current on each thread. moderngl issues calls to whatever context is current, so a
@@ -142,7 +144,7 @@ class Renderer:
         self.samples = samples
         self.cull = bool(cull)
         self.smooth_textures = bool(smooth_textures)
-        self._fbos: dict[tuple, list[tuple]] = {}
+        self._targets: dict[tuple, LayerTarget] = {}
         self._scenes: list[Scene] = []
         self.ctx = create_egl_context(device)
         _current.ctx = self.ctx  # creating a context makes it current
@@ -237,9 +239,10 @@ class Renderer:
         """Colour frames of ``(scene, camera)`` pairs over *many* scenes, in as few passes as possible.
 
         Every frame of a chunk (up to ``MAX_BATCH_PIXELS``: 36 frames at 640x360, 178 at 280x168) is
-        queued before the first is read back, whatever its scene: scenes stay resident (uploaded once),
-        so switching scene between cameras costs a texture bind. A frame is bit-identical to
-        ``render(scene, [camera])`` (same framebuffer size, same state, same draw order).
+        drawn into its own layer of one texture array, whatever its scene, and the chunk is read back in
+        one call: scenes stay resident (uploaded once), so switching scene between cameras costs a
+        texture bind. A frame is bit-identical to ``render(scene, [camera])`` (same surface size, same
+        state, same draw order).
         ``out``: an (N, H, W, 3) uint8 array or N such (H, W, 3) C-contiguous views to write into
         (e.g. slots of an observation buffer); returned. Default: a new (N, H, W, 3) array."""
         self._check_open()
@@ -310,36 +313,39 @@ class Renderer:
             self._draw_batch([scene] * len(chunk), chunk, w, h, ids, out[start:start + per_chunk])
         return out
 
-    def _pool(self, w: int, h: int, n: int, multisample: bool) -> list[tuple]:
-        """``n`` (framebuffer, multisample framebuffer or None) pairs of size w x h, kept per size.
+    def _target(self, w: int, h: int, n: int, multisample: bool) -> LayerTarget:
+        """A :class:`LayerTarget` of at least ``n`` frames of w x h, kept per size.
 
-        One framebuffer per camera of a batch (not tiles of one big framebuffer): a frame then
-        does not depend on its position in the batch, so batched and single renders are
-        bit-identical, and llvmpipe still rasterises queued frames while earlier ones are read."""
+        One surface per camera of a batch (not tiles of one big framebuffer): a frame then does not
+        depend on its position in the batch, so batched and single renders are bit-identical. The
+        surfaces are the layers of one texture array, read back in one call per chunk. Layer counts grow
+        in powers of two up to a chunk (``MAX_BATCH_PIXELS``)."""
         key = (w, h, multisample)
-        pool = self._fbos.setdefault(key, [])
-        while len(pool) < n:
-            fbo = self.ctx.framebuffer(self.ctx.renderbuffer((w, h), 4), self.ctx.depth_renderbuffer((w, h)))
-            msaa = None
-            if multisample:
-                msaa = self.ctx.framebuffer(self.ctx.renderbuffer((w, h), 4, samples=self.samples),
-                                            self.ctx.depth_renderbuffer((w, h), samples=self.samples))
-            pool.append((fbo, msaa))
-        if len(self._fbos) > 3:  # frame size, cube faces and one more: drop the oldest size
-            old = next(k for k in self._fbos if k != key)
-            for pair in self._fbos.pop(old):
-                _release_fbos(pair)
-        return pool[:n]
+        target = self._targets.get(key)
+        if target is None or target.layers < n:
+            if target is not None:
+                target.release()
+            layers = min(max(1, MAX_BATCH_PIXELS // (w * h)), 1 << (n - 1).bit_length())
+            target = self._targets[key] = LayerTarget(self.ctx, w, h, max(n, layers),
+                                                      self.samples if multisample else 0)
+        if len(self._targets) > 3:  # frame size, cube faces and one more: drop the oldest size
+            old = next(k for k in self._targets if k != key)
+            self._targets.pop(old).release()
+        return target
 
     def _draw_batch(self, scenes: list[Scene], cameras: list[Camera], w: int, h: int, ids: bool,
                     dest: np.ndarray | Sequence[np.ndarray]) -> None:
-        """Draw camera i of scene i into framebuffer i, then read every frame into ``dest[i]``.
+        """Draw camera i of scene i into layer i of the size's target, then read the chunk back in one
+        call and write frame i into ``dest[i]``.
 
         The projection is flipped vertically, so OpenGL's bottom-up rows come out top-down and a
         frame reads straight into (H, W, 4) memory. Reading RGBA and dropping alpha with OpenCV is
         about twice as fast as asking the driver for RGB."""
+        n = len(cameras)
+        if n == 0:
+            return
         multisample = self.samples > 0 and not ids
-        pool = self._pool(w, h, len(cameras), multisample)
+        target = self._target(w, h, n, multisample)
         ctx = self.ctx
         ctx.enable(moderngl.DEPTH_TEST)
         ctx.depth_func = "<"
@@ -351,7 +357,7 @@ class Renderer:
         prog = self._ids if ids else self._shaded
         mvp = prog["mvp"]
         bound = None
-        for scene, cam, (fbo, msaa) in zip(scenes, cameras, pool, strict=True):
+        for i, (scene, cam) in enumerate(zip(scenes, cameras, strict=True)):
             if scene is not bound:  # consecutive cameras of one scene share its bindings
                 bound = scene
                 sky = scene.sky
@@ -366,28 +372,20 @@ class Renderer:
                     prog["cube_neg"].value = (nx, ny, nz)
                     prog["key_dir"].value = tuple(_unit(light.key_dir))
                     prog["key"].value = float(light.key)
-            target = msaa if multisample else fbo
-            target.use()
-            target.clear(*bg, 1.0, depth=1.0)
+            target.begin(i, bg)
             mvp.write((_FLIP_Y @ cam.view_projection(aspect)).T.astype("f4").tobytes())
             for zr in _draw_order(scene.zones, cam):
                 vao.render(moderngl.TRIANGLES, vertices=zr.count, first=zr.first)
             if not ids and not sky.flat:
                 self._draw_sky(cam, aspect, sky)
-        rgba = self._scratch(h, w)
-        for i, (fbo, msaa) in enumerate(pool):
-            if multisample:
-                ctx.copy_framebuffer(fbo, msaa)
-            fbo.read_into(rgba, components=4, alignment=1)
+            target.resolve(i)
+        rgba = target.scratch()
+        target.read(n, rgba)
+        for i in range(n):
             if ids:  # 24-bit id in R, G, B (see shaders.ID_FS); alpha is 255
-                np.bitwise_and(rgba.view("<u4")[..., 0], 0xFFFFFF, out=dest[i], casting="unsafe")
+                np.bitwise_and(rgba[i].view("<u4")[..., 0], 0xFFFFFF, out=dest[i], casting="unsafe")
             else:
-                cv2.cvtColor(rgba, cv2.COLOR_RGBA2RGB, dst=dest[i])
-
-    def _scratch(self, h: int, w: int) -> np.ndarray:
-        if getattr(self, "_rgba", None) is None or self._rgba.shape[:2] != (h, w):
-            self._rgba = np.empty((h, w, 4), np.uint8)
-        return self._rgba
+                cv2.cvtColor(rgba[i], cv2.COLOR_RGBA2RGB, dst=dest[i])
 
     def _draw_sky(self, cam: Camera, aspect: float, sky: Sky) -> None:
         ctx, prog = self.ctx, self._sky
@@ -424,10 +422,9 @@ class Renderer:
         for scene in list(self._scenes):
             scene.release()
         self._scenes.clear()
-        for pool in self._fbos.values():
-            for pair in pool:
-                _release_fbos(pair)
-        self._fbos.clear()
+        for target in self._targets.values():
+            target.release()
+        self._targets.clear()
         self.ctx.release()
         _current.ctx = None
         self.closed = True
@@ -544,11 +541,3 @@ def _layout(vbo, program) -> tuple:
             fmt.append(f"{int(part[:-1]) * 4}x")
     return (vbo, " ".join(fmt), *names)
 
-
-def _release_fbos(pair: tuple) -> None:
-    for fbo in pair:
-        if fbo is None:
-            continue
-        for att in list(fbo.color_attachments) + ([fbo.depth_attachment] if fbo.depth_attachment else []):
-            att.release()
-        fbo.release()

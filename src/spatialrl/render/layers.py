@@ -1,0 +1,180 @@
+"""A batch's frames as the layers of one texture array: each frame its own w x h surface, one readback.
+
+moderngl attaches a texture array to a framebuffer only as a whole (layered rendering, where a geometry
+shader picks the layer), so the per-layer framebuffers are made with the few raw GL calls below, loaded
+through ``eglGetProcAddress`` (the renderer's context is always EGL; with libglvnd these are dispatch
+stubs that go to whichever context is current, Mesa's or NVIDIA's).
+
+Why layers and not tiles of one large framebuffer: a frame drawn into layer i has exactly the framebuffer
+size, viewport and state of a frame drawn alone, so it is bit-identical whatever its slot in the batch
+(a viewport offset changes the float rounding of window coordinates and can move an edge pixel). And
+the whole chunk comes back in one ``glGetTextureSubImage`` call (GL 4.5, or ARB_get_texture_sub_image)
+instead of one ``glReadPixels`` per frame: one wait on the GL pipeline and one transfer per chunk. Where
+that call is missing the layers are read one by one (``glReadPixels``), same pixels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from typing import Any
+
+import numpy as np
+
+GL_FRAMEBUFFER = 0x8D40
+GL_READ_FRAMEBUFFER = 0x8CA8
+GL_DRAW_FRAMEBUFFER = 0x8CA9
+GL_COLOR_ATTACHMENT0 = 0x8CE0
+GL_DEPTH_ATTACHMENT = 0x8D00
+GL_RENDERBUFFER = 0x8D41
+GL_FRAMEBUFFER_COMPLETE = 0x8CD5
+GL_COLOR_BUFFER_BIT = 0x4000
+GL_DEPTH_BUFFER_BIT = 0x100
+GL_NEAREST = 0x2600
+GL_RGBA = 0x1908
+GL_UNSIGNED_BYTE = 0x1401
+GL_PACK_ALIGNMENT = 0x0D05
+
+_U, _I, _F, _P = ctypes.c_uint, ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+_SIGNATURES: dict[str, tuple[Any, ...]] = {
+    "glGenFramebuffers": (None, _I, ctypes.POINTER(_U)),
+    "glDeleteFramebuffers": (None, _I, ctypes.POINTER(_U)),
+    "glBindFramebuffer": (None, _U, _U),
+    "glFramebufferTextureLayer": (None, _U, _U, _U, _I, _I),
+    "glFramebufferRenderbuffer": (None, _U, _U, _U, _U),
+    "glCheckFramebufferStatus": (_U, _U),
+    "glViewport": (None, _I, _I, _I, _I),
+    "glClearColor": (None, _F, _F, _F, _F),
+    "glClearDepth": (None, ctypes.c_double),
+    "glClear": (None, _U),
+    "glBlitFramebuffer": (None, _I, _I, _I, _I, _I, _I, _I, _I, _U, _U),
+    "glPixelStorei": (None, _U, _I),
+    "glReadPixels": (None, _I, _I, _I, _I, _U, _U, _P),
+    "glGetTextureSubImage": (None, _U, _I, _I, _I, _I, _I, _I, _I, _U, _U, _I, _P),
+}
+
+
+class _GL:
+    """The raw entry points above (``None`` for one the driver does not give)."""
+
+    def __init__(self) -> None:
+        name = ctypes.util.find_library("EGL") or "libEGL.so.1"
+        egl = ctypes.CDLL(name)
+        egl.eglGetProcAddress.restype = _P
+        egl.eglGetProcAddress.argtypes = [ctypes.c_char_p]
+        for fn, (restype, *args) in _SIGNATURES.items():
+            address = egl.eglGetProcAddress(fn.encode())
+            setattr(self, fn, ctypes.CFUNCTYPE(restype, *args)(address) if address else None)
+        missing = [fn for fn in _SIGNATURES if fn != "glGetTextureSubImage" and getattr(self, fn) is None]
+        if missing:
+            raise RuntimeError(f"the EGL library gives no {', '.join(missing)}")
+
+
+_gl: _GL | None = None
+
+
+def gl() -> _GL:
+    global _gl
+    if _gl is None:
+        _gl = _GL()
+    return _gl
+
+
+def can_read_sub_image(ctx: Any) -> bool:
+    """Whether ``ctx`` has ``glGetTextureSubImage`` (GL 4.5 or ARB_get_texture_sub_image)."""
+    return gl().glGetTextureSubImage is not None and (
+        ctx.version_code >= 450 or "GL_ARB_get_texture_sub_image" in ctx.extensions)
+
+
+class LayerTarget:
+    """``layers`` frames of ``w`` x ``h``: layer i of one RGBA8 texture array with its own depth buffer
+    (and, with ``samples``, its own multisample framebuffer, resolved into the layer)."""
+
+    def __init__(self, ctx: Any, w: int, h: int, layers: int, samples: int = 0):
+        self.ctx, self.w, self.h, self.layers = ctx, w, h, layers
+        self.sub_image = can_read_sub_image(ctx)
+        self._scratch: np.ndarray | None = None
+        self.texture = ctx.texture_array((w, h, layers), 4)
+        self.depth = [ctx.depth_renderbuffer((w, h)) for _ in range(layers)]
+        self.msaa = [ctx.framebuffer(ctx.renderbuffer((w, h), 4, samples=samples),
+                                     ctx.depth_renderbuffer((w, h), samples=samples)) if samples else None
+                     for _ in range(layers)]
+        g = gl()
+        names = (_U * layers)()
+        g.glGenFramebuffers(layers, names)
+        self.fbos = list(names)
+        try:
+            for i, fbo in enumerate(self.fbos):
+                g.glBindFramebuffer(GL_FRAMEBUFFER, fbo)
+                g.glFramebufferTextureLayer(GL_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, self.texture.glo, 0, i)
+                g.glFramebufferRenderbuffer(GL_FRAMEBUFFER, GL_DEPTH_ATTACHMENT, GL_RENDERBUFFER, self.depth[i].glo)
+                status = g.glCheckFramebufferStatus(GL_FRAMEBUFFER)
+                if status != GL_FRAMEBUFFER_COMPLETE:
+                    raise RuntimeError(f"layer framebuffer {i} of {w}x{h}x{layers} is incomplete (status {status:#x})")
+        except Exception:
+            self.release()
+            raise
+        finally:
+            g.glBindFramebuffer(GL_FRAMEBUFFER, 0)
+
+    def begin(self, i: int, clear: tuple[float, float, float]) -> None:
+        """Make frame ``i`` the draw target (its multisample framebuffer when there is one) and clear it."""
+        msaa = self.msaa[i]
+        if msaa is not None:
+            msaa.use()
+            msaa.clear(*clear, 1.0, depth=1.0)
+            return
+        g = gl()
+        g.glBindFramebuffer(GL_FRAMEBUFFER, self.fbos[i])
+        g.glViewport(0, 0, self.w, self.h)
+        g.glClearColor(*clear, 1.0)
+        g.glClearDepth(1.0)
+        g.glClear(GL_COLOR_BUFFER_BIT | GL_DEPTH_BUFFER_BIT)
+
+    def resolve(self, i: int) -> None:
+        """Copy frame ``i``'s multisample framebuffer into its layer (nothing without multisampling)."""
+        msaa = self.msaa[i]
+        if msaa is None:
+            return
+        g = gl()
+        g.glBindFramebuffer(GL_READ_FRAMEBUFFER, msaa.glo)
+        g.glBindFramebuffer(GL_DRAW_FRAMEBUFFER, self.fbos[i])
+        g.glBlitFramebuffer(0, 0, self.w, self.h, 0, 0, self.w, self.h, GL_COLOR_BUFFER_BIT, GL_NEAREST)
+        g.glBindFramebuffer(GL_FRAMEBUFFER, 0)
+
+    def scratch(self) -> np.ndarray:
+        """The host array a chunk is read into, (layers, h, w, 4) uint8, made once per target."""
+        if self._scratch is None:
+            self._scratch = np.empty((self.layers, self.h, self.w, 4), np.uint8)
+        return self._scratch
+
+    def read(self, n: int, out: np.ndarray) -> None:
+        """Frames ``0..n-1`` into ``out`` ((>= n, h, w, 4) uint8, C-contiguous): one call for all of them."""
+        assert out.dtype == np.uint8 and out.flags.c_contiguous and out.shape[1:] == (self.h, self.w, 4)
+        assert 0 < n <= min(self.layers, len(out))
+        g = gl()
+        g.glPixelStorei(GL_PACK_ALIGNMENT, 1)
+        size = self.w * self.h * 4
+        if self.sub_image:
+            g.glGetTextureSubImage(self.texture.glo, 0, 0, 0, 0, self.w, self.h, n, GL_RGBA, GL_UNSIGNED_BYTE,
+                                   n * size, out.ctypes.data)
+        else:
+            for i in range(n):
+                g.glBindFramebuffer(GL_READ_FRAMEBUFFER, self.fbos[i])
+                g.glReadPixels(0, 0, self.w, self.h, GL_RGBA, GL_UNSIGNED_BYTE, out.ctypes.data + i * size)
+            g.glBindFramebuffer(GL_FRAMEBUFFER, 0)
+
+    def release(self) -> None:
+        if self.fbos:
+            names = (_U * len(self.fbos))(*self.fbos)
+            gl().glDeleteFramebuffers(len(self.fbos), names)
+            self.fbos = []
+        for obj in [self.texture, *self.depth, *(m for m in self.msaa if m is not None)]:
+            if obj is None:
+                continue
+            if hasattr(obj, "color_attachments"):  # a multisample framebuffer: its attachments too
+                for att in [*obj.color_attachments, obj.depth_attachment]:
+                    if att is not None:
+                        att.release()
+            obj.release()
+        self.depth, self.msaa, self.texture = [], [], None
