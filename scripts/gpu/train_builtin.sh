@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Train the three built-in models — virl-sft, tvr-va-sft, tvr-ao-sft — from scratch on one GPU, in two
+# Train the three built-in models — virl-sft, tvr-va-sft, tvr-ao-sft — from scratch on one GPU, in
 # commands on a warm machine (WORK persists between them), then evaluate them on held-out episodes.
+# One session's plan (each command sent within 30 s of the previous one's return: the machine, and
+# WORK, stay only that long; TOTAL_MIN is the training budget of each model across the commands):
 #
-#   source scripts/gpu/prelude.sh && STAGE=train OUT=$OUT timeout 570 bash scripts/gpu/train_builtin.sh
-#   source scripts/gpu/prelude.sh && STAGE=eval  OUT=$OUT timeout 570 bash scripts/gpu/train_builtin.sh
-# (send the second within 30 s of the first's return: the machine, and WORK, stay only that long)
+#   source scripts/gpu/prelude.sh && STAGE=train  TOTAL_MIN=12 OUT=$OUT timeout 570 bash scripts/gpu/train_builtin.sh
+#   source scripts/gpu/prelude.sh && STAGE=resume TOTAL_MIN=12 OUT=$OUT timeout 570 bash scripts/gpu/train_builtin.sh
+#   source scripts/gpu/prelude.sh && STAGE=eval               OUT=$OUT timeout 570 bash scripts/gpu/train_builtin.sh
+#
+# The first command stops its training at TRAIN_END_S by SIGTERM, which pauses each run with a
+# checkpoint (train/run.py); the second resumes them until the budget ends and packs the weights.
+# Without TOTAL_MIN, STAGE=train trains to the end within the one command (STAGE=all: and evaluates).
 #   SMOKE=1 OUT=/tmp/smoke bash scripts/gpu/train_builtin.sh        # CPU rehearsal of both stages (tiny)
 # (the GPU machine needs .whl and .gl carried: bash scripts/gpu/bundle.sh once, here)
 #
@@ -47,13 +53,15 @@ if [ "$SMOKE" = 1 ]; then
   TVR_SFT=${TVR_SFT:-4}; TVR_SCENES=${TVR_SCENES:-1}; TRAIN_END_S=${TRAIN_END_S:-100000}; BUDGET_MIN=${BUDGET_MIN:-0.2}
   EVAL_TVR=${EVAL_TVR:-4}; EVAL_VIRL=${EVAL_VIRL:-2}; EVAL_ROUTES=${EVAL_ROUTES:-4}; W=112; H=64; GRID=112
   TRAIN_EXTRA=(--model.path=preset:tiny "--model.preset_overrides={}" --data.num_workers=0 --logging.every=1)
-  BS_VIRL=2; BS_AO=4; BS_VA=2
+  BS_VIRL=2; BS_AO=4; BS_VA=2; PROBE_STATES=${PROBE_STATES:-8}
+  VECTOR_BENCH_ARGS=${VECTOR_BENCH_ARGS:---sizes 112x64 --num-envs 4 --steps 16 --repeats 1 --scenes 1}
 else
   NCITY=${NCITY:-8}; CITY_ROUTES=${CITY_ROUTES:-200}; VIRL_EPISODES=${VIRL_EPISODES:-600}; NBENCH=${NBENCH:-8}
   TVR_SFT=${TVR_SFT:-600}; TVR_SCENES=${TVR_SCENES:-40}; TRAIN_END_S=${TRAIN_END_S:-560}; BUDGET_MIN=${BUDGET_MIN:-7}
   EVAL_TVR=${EVAL_TVR:-200}; EVAL_VIRL=${EVAL_VIRL:-120}; EVAL_ROUTES=${EVAL_ROUTES:-150}; W=280; H=168; GRID=224
   TRAIN_EXTRA=(--data.num_workers=5 --logging.every=50)
-  BS_VIRL=64; BS_AO=128; BS_VA=8
+  BS_VIRL=64; BS_AO=128; BS_VA=8; PROBE_STATES=${PROBE_STATES:-200}
+  VECTOR_BENCH_ARGS=${VECTOR_BENCH_ARGS:---sizes 640x360 280x168 --num-envs 256 1024 --steps 4096 --repeats 1}
 fi
 EXPERT_NOISE=${EXPERT_NOISE:-0.3}
 stamp "stage=$STAGE smoke=$SMOKE work=$WORK"
@@ -85,17 +93,35 @@ merge() {  # name, shard prefix: the first SHARDS shards of that kind
   spatialrl data merge "${shards[@]}" --out "$WORK/data/$name" --overwrite > "$LOGS/merge-$name.log" 2>&1 \
     && stamp "data $name: $(tail -n 1 "$LOGS/merge-$name.log")" || stamp "FAILED: merge $name"
 }
-train() {  # name recipe batch-size: trains until TRAIN_END_S (at most BUDGET_MIN minutes; COMPILE_S is kept
-           # for the tensor compile, which runs before the training clock)
-  local name=$1 recipe=$2 bs=$3 budget
-  budget=$("$PY" -c "print(round(max(0.2, min($BUDGET_MIN, ($TRAIN_END_S - $(elapsed) - ${COMPILE_S:-90}) / 60)), 2))")
-  stamp "train $name for $budget min"
-  if spatialrl train sft "$ROOT/configs/sft/$recipe" --output_dir="$WORK/runs/$name" --checkpoint.resume=never \
+train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, then SIGTERM pauses the run
+           # with a checkpoint (train/run.py) that RESUME=1 continues. The trainer's own time budget is
+           # TOTAL_MIN minutes across commands when set, else what this command leaves (at most BUDGET_MIN;
+           # COMPILE_S is kept for the tensor compile, which runs before the training clock).
+  local name=$1 recipe=$2 bs=$3 budget stop resume=never rc
+  if [ -n "${TOTAL_MIN:-}" ]; then budget=$TOTAL_MIN
+  else budget=$("$PY" -c "print(round(max(0.2, min($BUDGET_MIN, ($TRAIN_END_S - $(elapsed) - ${COMPILE_S:-90}) / 60)), 2))")
+  fi
+  [ "${RESUME:-0}" = 1 ] && resume=auto
+  stop=$(( TRAIN_END_S - $(elapsed) )); [ "$stop" -lt 30 ] && stop=30
+  stamp "train $name: $budget min budget in all, this command stops it within ${stop}s (resume=$resume)"
+  timeout --signal=TERM --kill-after=60 "$stop" "${SRL[@]}" train sft "$ROOT/configs/sft/$recipe" \
+      --output_dir="$WORK/runs/$name" --checkpoint.resume=$resume \
       --data.train="$WORK/data/$name" --data.engine=tensor --per_device_batch_size="$bs" \
-      --time_budget_minutes="$budget" --eval.task=null "${TRAIN_EXTRA[@]}" > "$LOGS/train-$name.log" 2>&1; then
-    stamp "trained $name: $(grep -o 'train/loss=[0-9.]*' "$LOGS/train-$name.log" | tail -n 1)"
-  else
-    stamp "FAILED: training $name (logs/train-$name.log)"
+      --time_budget_minutes="$budget" --eval.task=null "${TRAIN_EXTRA[@]}" >> "$LOGS/train-$name.log" 2>&1
+  rc=$?
+  local last; last=$(grep -o 'train/loss=[0-9.]*' "$LOGS/train-$name.log" | tail -n 1)
+  if [ "$rc" = 0 ] && [ -d "$WORK/runs/$name/final" ]; then stamp "trained $name: $last"
+  elif [ "$rc" = 124 ] && grep -q "SIGTERM: paused" "$LOGS/train-$name.log"; then
+    stamp "paused $name: $last"
+    if [ "${RESUME:-0}" = 1 ]; then  # the last planned command: end the run at its checkpoint (a budget
+      # already spent leaves the loop before any update, and the run ends as finished: final model)
+      "${SRL[@]}" train sft "$ROOT/configs/sft/$recipe" --output_dir="$WORK/runs/$name" --checkpoint.resume=auto \
+        --data.train="$WORK/data/$name" --data.engine=tensor --per_device_batch_size="$bs" \
+        --time_budget_minutes=0.001 --eval.task=null "${TRAIN_EXTRA[@]}" >> "$LOGS/train-$name.log" 2>&1 \
+        && [ -d "$WORK/runs/$name/final" ] && stamp "ended $name at its checkpoint (budget not reached)" \
+        || stamp "FAILED: ending $name at its checkpoint (logs/train-$name.log)"
+    fi
+  else stamp "FAILED: training $name, exit $rc (logs/train-$name.log)"
   fi
 }
 stage_data() {
@@ -112,8 +138,9 @@ eval_data() {  # held-out bench and cities (never used in training)
   wait
   stamp "eval data built"
 }
-stage_fit() {  # merge the first SHARDS shards of each kind, train the three models (eval data built meanwhile)
-  merge virl-sft virl & merge tvr-ao-sft ao & merge tvr-va-sft va & wait
+stage_fit() {  # merge the first SHARDS shards of each kind (not when resuming), train the three models
+              # (eval data built meanwhile), pack the finished ones
+  [ "${RESUME:-0}" = 1 ] || { merge virl-sft virl & merge tvr-ao-sft ao & merge tvr-va-sft va & wait; }
   [ "${NO_EVAL_DATA:-0}" = 1 ] || ( sleep "${EVAL_DATA_DELAY:-150}"; eval_data ) &
   train virl-sft virl_small.yaml $BS_VIRL &
   train tvr-ao-sft tvr_ao_small.yaml $BS_AO &
@@ -156,7 +183,17 @@ stage_eval() {
     [ -d "$WORK/weights/$name" ] && evaluate "$name" "hf:$WORK/weights/$name" tvr "${tvr[@]}" --set memory="$memory" &
   done
   [ -d "$WORK/weights/virl-sft" ] && evaluate virl-sft "hf:$WORK/weights/virl-sft" virl "${virl[@]}" &
+  for name in tvr-va-sft tvr-ao-sft; do  # image sensitivity on held-out states (eval/image_probe.py)
+    [ -d "$WORK/weights/$name" ] && { timeout "${EVAL_TIMEOUT:-100000}" "${SRL[@]}" model probe "hf:$WORK/weights/$name" \
+        --data "$bench" --states "$PROBE_STATES" > "$WORK/eval/probe-$name.json" 2> "$LOGS/probe-$name.log" \
+        && stamp "probe $name done" || stamp "FAILED: probe $name (logs/probe-$name.log)"; } &
+  done
   wait
+  if [ "${VECTOR_BENCH:-1}" = 1 ]; then  # issue 21's rows on this machine (single env vs TVRVectorEnv)
+    (cd "$ROOT/benchmarks" && timeout "${VECTOR_BENCH_TIMEOUT:-120}" "$PY" tvr_vector_speed.py $VECTOR_BENCH_ARGS \
+        --out "$WORK/eval" > "$LOGS/tvr_vector_speed.log" 2>&1) && stamp "tvr_vector_speed done" \
+      || stamp "FAILED: tvr_vector_speed (logs/tvr_vector_speed.log)"
+  fi
   if [ -f "$WORK/data/virl-1/meta.json" ]; then
     (cd "$ROOT/benchmarks" && "$PY" sft_speed.py --data "$WORK/data/virl-1" --batch-size "$BS_VIRL" \
         --workers 8 --results-dir "$WORK/eval" > "$LOGS/sft_speed.log" 2>&1) \
@@ -175,9 +212,10 @@ stage_eval() {
 case "$STAGE" in
   data) stage_data ;;
   fit) stage_fit ;;
+  resume) RESUME=1; stage_fit ;;
   train) stage_data; stage_fit ;;
   eval) stage_eval ;;
   all) stage_data; stage_fit; stage_eval ;;
-  *) echo "STAGE must be data, fit, train, eval or all" >&2; exit 2 ;;
+  *) echo "STAGE must be data, fit, resume, train, eval or all" >&2; exit 2 ;;
 esac
 stamp "done"
