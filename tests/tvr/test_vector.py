@@ -222,3 +222,29 @@ def test_disabled_mode_skips_envs_with_none_actions(bench_dir):
             assert np.array_equal(obs[i], last[i])
     with pytest.raises(ValueError, match="Disabled"):
         TVRVectorEnv(N, bench=bench_dir, **KW).step([None] * N)
+
+
+def test_batched_spaces_are_gymnasiums(bench_dir):
+    """The batched spaces (built on first use) are what gymnasium's batch_space makes of the single ones."""
+    from gymnasium.vector.utils import batch_space
+
+    vec = TVRVectorEnv(N, bench=bench_dir, **KW)
+    single = TVREnv(bench=bench_dir, **KW)
+    assert vec.observation_space == batch_space(single.observation_space, N)
+    assert vec.observation_space.shape == (N, H, W, 3) and vec.observation_space is vec.observation_space
+    assert vec.action_space == batch_space(single.action_space, N)
+    obs, _ = vec.reset(seed=0)
+    assert vec.observation_space.contains(obs)
+
+
+def test_step_infos_without_target_image(bench_dir):
+    """``step_target_image=False`` (the rollout core's setting): resets still carry the target image,
+    steps leave it out (it is the reset's for the whole episode); only with Disabled autoreset."""
+    vec = TVRVectorEnv(N, bench=bench_dir, autoreset_mode="Disabled", step_target_image=False, **KW)
+    _, infos = vec.reset(seed=2)
+    assert infos["target_image"].shape == (N, H, W, 3) and infos["_target_image"].all()
+    _, _, _, _, infos = vec.step(["Action: RotateLeft"] * N)
+    assert "target_image" not in infos and "_target_image" not in infos and infos["_step"].all()
+    assert vec.episode_info_keys == ("target_image",)
+    with pytest.raises(ValueError, match="step_target_image"):
+        TVRVectorEnv(N, bench=bench_dir, step_target_image=False, **KW)

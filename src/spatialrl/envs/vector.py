@@ -15,7 +15,10 @@ it off). The rollout core (:mod:`spatialrl.rollout.core`) then drives that one v
 * infos as gymnasium's dicts of arrays with ``_key`` masks (:func:`batch_infos` builds them,
   :func:`unbatch_info` takes env ``i``'s own dict back out);
 * ``copy=False``-style buffers are fine: the adapter copies every array it hands a slot out of the
-  batch (the env may overwrite its buffers on the next call, and a slot's prompter keeps its frames).
+  batch (the env may overwrite its buffers on the next call, and a slot's prompter keeps its frames);
+* optionally ``episode_info_keys``: info keys whose value is the reset's for the whole episode (TVR's
+  ``target_image``). The adapter copies them once at the reset and puts that same object into every step
+  info of the slot, as a single env does; the vector env may leave them out of step infos.
 
 Every slot then sees exactly what ``make_env(options)`` would have returned — observation, reward,
 flags and info — while the envs of a turn render together.
@@ -101,6 +104,9 @@ class VectorSlots:
         if getattr(mode, "value", mode) != "Disabled":
             raise ValueError(f"{type(venv).__name__}: the rollout core needs autoreset_mode='Disabled', got {mode!r}")
         self.venv, self.num_envs = venv, int(venv.num_envs)
+        self.episode_keys = tuple(getattr(venv, "episode_info_keys", ()))
+        self._kept: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]  # each slot's episode_keys values
+        self._skip = {*self.episode_keys, *(f"_{k}" for k in self.episode_keys)}
 
     def _check(self, indices: list[int]) -> None:
         if len(set(indices)) != len(indices) or not all(0 <= i < self.num_envs for i in indices):
@@ -117,7 +123,12 @@ class VectorSlots:
         for i, seed, options in jobs:
             mask[i], seeds[i], per_env[i] = True, seed, dict(options)
         obs, infos = self.venv.reset(seed=seeds, options={"reset_mask": mask, "per_env": per_env})
-        return [(_own(obs[i]), _own(unbatch_info(infos, i))) for i, _, _ in jobs]
+        out = []
+        for i, _, _ in jobs:
+            info = _own(unbatch_info(infos, i))
+            self._kept[i] = {k: info[k] for k in self.episode_keys if k in info}
+            out.append((_own(obs[i]), info))
+        return out
 
     def step(self, jobs: Sequence[tuple[int, Any]]) -> list[tuple[Any, float, bool, bool, dict[str, Any]]]:
         """Step each ``(env index, action)``; the other envs are left as they are. The step 5-tuple per job."""
@@ -128,8 +139,14 @@ class VectorSlots:
         for i, action in jobs:
             actions[i] = action
         obs, rewards, terminated, truncated, infos = self.venv.step(actions)
-        return [(_own(obs[i]), float(rewards[i]), bool(terminated[i]), bool(truncated[i]), _own(unbatch_info(infos, i)))
-                for i, _ in jobs]
+        if self._skip:
+            infos = {k: v for k, v in infos.items() if k not in self._skip}
+        out = []
+        for i, _ in jobs:
+            info = unbatch_info(infos, i)
+            out.append((_own(obs[i]), float(rewards[i]), bool(terminated[i]), bool(truncated[i]),
+                        {**self._kept[i], **_own(info)}))
+        return out
 
     def close(self) -> None:
         self.venv.close()

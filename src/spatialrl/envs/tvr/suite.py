@@ -84,8 +84,8 @@ def make_env(options: dict[str, Any]):
 
 def make_vector_env(options: dict[str, Any], n: int):
     """``n`` TVR envs in one ``TVRVectorEnv`` (the rollout core's batch path), or None with ``vector_env=false``.
-    Autoreset is off (the core starts each slot's episode) and buffers are the env's own (the core copies
-    each slot's frames out)."""
+    Autoreset is off (the core starts each slot's episode), buffers are the env's own (the core copies
+    each slot's frames out) and the target image comes with resets only (the core keeps it per slot)."""
     from spatialrl.envs.tvr.vector import TVRVectorEnv
 
     o = _options(options)
@@ -94,7 +94,8 @@ def make_vector_env(options: dict[str, Any], n: int):
     return TVRVectorEnv(n, bench=o["data"], split=o["split"], width=o["width"], height=o["height"],
                         badges=o["badges"], cache_mb=o["cache_mb"], max_steps_single=o["max_steps_single"],
                         max_steps_multi=o["max_steps_multi"], distance=o["distance"],
-                        expert_tie_break=o["expert_tie_break"], autoreset_mode="Disabled", copy=False)
+                        expert_tie_break=o["expert_tie_break"], autoreset_mode="Disabled", copy=False,
+                        step_target_image=False)
 
 
 def make_prompter(options: dict[str, Any]) -> TVRPrompter:

@@ -33,11 +33,15 @@ Buffers: with ``copy=True`` (default) every call returns arrays the env never wr
 observation array rendered into directly, and a target-image array replaced (copy on write) only when
 some env reset — marked read-only like ``TVREnv``'s frames, so no frame is copied just to hand it out
 (a 640x360 copy of 64 frames costs more than 10% of a step). ``copy=False`` returns the env's own
-buffers, overwritten in place by the next call.
+buffers, overwritten in place by the next call. ``step_target_image=False`` (Disabled autoreset only)
+leaves ``target_image`` out of step infos: it is the reset's for the whole episode, and building the
+masked (N, H, W, 3) array at every step is what the rollout core's adapter (which keeps each slot's
+target from its reset, ``episode_info_keys``) would throw away.
 """
 
 from __future__ import annotations
 
+import functools
 import string
 from collections.abc import Sequence
 from pathlib import Path
@@ -65,7 +69,8 @@ class TVRVectorEnv(VectorEnv):
                  badges: bool = True, cache_mb: float = 512.0, max_steps_single: int = 30,
                  max_steps_multi: int = 40, distance: str = "euclidean", reward: RewardConfig | None = None,
                  expert_tie_break: str = oracle.DEFAULT_TIE_BREAK,
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, copy: bool = True):
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, copy: bool = True,
+                 step_target_image: bool = True):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
             raise ValueError(f"TVRVectorEnv num_envs must be a positive integer, got {num_envs!r}")
         check_env_args("TVRVectorEnv", width=width, height=height, max_steps_single=max_steps_single,
@@ -83,11 +88,16 @@ class TVRVectorEnv(VectorEnv):
         self.budgets = {"single": max_steps_single, "multi": max_steps_multi}
         self.distance, self.reward_cfg, self.expert_tie_break = distance, reward or RewardConfig(), expert_tie_break
         self.copy = copy
+        if not step_target_image and self.autoreset_mode != AutoresetMode.DISABLED:
+            raise ValueError("TVRVectorEnv step_target_image=False needs autoreset_mode='Disabled' (other modes "
+                             "reset inside step, and a reset's info carries the target image)")
+        self.step_target_image = step_target_image
+        # Info keys that stay the same object for a whole episode (the rollout core's adapter keeps them
+        # from the reset and puts them into every step info of that slot; see spatialrl.envs.vector).
+        self.episode_info_keys = ("target_image",)
         self.renderer = render_service(width, height, cache_mb)
         self.single_observation_space = gym.spaces.Box(0, 255, (height, width, 3), np.uint8)
         self.single_action_space = gym.spaces.Text(max_length=4096, min_length=0, charset=string.printable)
-        self.observation_space = batch_space(self.single_observation_space, num_envs)
-        self.action_space = batch_space(self.single_action_space, num_envs)
         self.episodes: list[Episode | None] = [None] * num_envs
         self._rngs: list[np.random.Generator | None] = [None] * num_envs
         self._obs = np.zeros((num_envs, height, width, 3), np.uint8)
@@ -96,6 +106,17 @@ class TVRVectorEnv(VectorEnv):
         self._labels = ("CURRENT", "TARGET") if badges else (None, None)
 
     # -- gym VectorEnv API ----------------------------------------------------------------------------
+    @functools.cached_property
+    def observation_space(self) -> gym.spaces.Box:
+        """The batched space, built on first use: its bound arrays are two more (N, H, W, 3) arrays, and
+        gymnasium checks them element by element (about a second for 64 envs at 640x360), which a
+        runner that makes a vector env per run should not pay for a space it never reads."""
+        return batch_space(self.single_observation_space, self.num_envs)
+
+    @functools.cached_property
+    def action_space(self) -> gym.Space:
+        return batch_space(self.single_action_space, self.num_envs)
+
     def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None):
         n = self.num_envs
         seeds = [None] * n if seed is None else [seed + i for i in range(n)] if isinstance(seed, int) else list(seed)
@@ -154,7 +175,8 @@ class TVRVectorEnv(VectorEnv):
             infos.append((i, info))
         self._autoreset = terminated | truncated
         self.renderer.render_into(requests)
-        return (self._out_obs(), rewards, terminated, truncated, self._merge(infos, ~skip, finals))
+        return (self._out_obs(), rewards, terminated, truncated,
+                self._merge(infos, ~skip, finals, target=self.step_target_image))
 
     def close_extras(self, **kwargs: Any) -> None:
         self.episodes = [None] * self.num_envs
@@ -208,21 +230,24 @@ class TVRVectorEnv(VectorEnv):
         return self._obs
 
     def _merge(self, infos: list[tuple[int, dict[str, Any]]], contributed: np.ndarray,
-               finals: Sequence[tuple[int, np.ndarray, dict[str, Any]]] = ()) -> dict[str, Any]:
+               finals: Sequence[tuple[int, np.ndarray, dict[str, Any]]] = (), target: bool = True) -> dict[str, Any]:
         """Gymnasium's dict-of-arrays infos (what ``VectorEnv._add_info`` builds env by env, built here key
         by key: same arrays, dtypes and masks, a fraction of the Python calls); ``target_image`` comes from
-        the target buffer."""
+        the target buffer (left out when not ``target``: ``step_target_image=False``)."""
         merged = batch_infos(infos, self.num_envs)
         if finals:
             merged.update(batch_infos([(i, {"final_obs": obs, "final_info": info}) for i, obs, info in finals],
                                       self.num_envs))
+        if not target:
+            return merged
         if contributed.all():
             if self.copy:
                 self._targets.setflags(write=False)
             merged["target_image"] = self._targets
         else:
-            targets = np.zeros(self._targets.shape, self._targets.dtype)  # calloc: only masked frames written
-            targets[contributed] = self._targets[contributed]
+            targets = np.zeros(self._targets.shape, self._targets.dtype)  # calloc: pages of skipped envs stay untouched
+            for i in np.flatnonzero(contributed):
+                targets[i] = self._targets[i]
             merged["target_image"] = targets
         merged["_target_image"] = contributed.copy()
         return merged
