@@ -178,7 +178,7 @@ def test_task_selection_and_bad_input(bench_dir):
     assert info["task_id"] == info2["task_id"] and np.array_equal(obs, obs2)
     assert obs.shape == (H, W, 3) and obs.dtype == np.uint8
     assert sorted(info) == sorted(["target_image", "valid_actions", "pose", "step", "max_steps", "task_id",
-                                   "expert_response", "candidate_responses"])
+                                   "expert_response", "expert_responses", "candidate_responses"])
 
 
 def test_gym_registration_and_env_checker(bench_dir):

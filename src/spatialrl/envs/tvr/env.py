@@ -40,9 +40,11 @@ Arguments
 
 Info keys
     ``target_image, valid_actions, pose, step, max_steps, task_id, expert_response,
-    candidate_responses, record`` and, on the final step, ``episode``. ``expert_response`` is the
-    oracle's next action from the *current* pose (BFS over the full pose graph), so it stays optimal
-    after the agent deviates; an expert episode takes exactly ``optimal_steps`` steps (Stop included).
+    expert_responses, candidate_responses, record`` and, on the final step, ``episode``.
+    ``expert_response`` is the oracle's next action from the *current* pose (BFS over the full pose
+    graph), so it stays optimal after the agent deviates; an expert episode takes exactly
+    ``optimal_steps`` steps (Stop included). ``expert_responses`` lists every optimal action there, in
+    tie-break order (its first entry is ``expert_response``).
 
 Version history
     v0: first version (TVRBench's lattice, actions, reward constants and success rule).

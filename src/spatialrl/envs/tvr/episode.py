@@ -44,13 +44,18 @@ class _TargetField:
         self.lattice, self.tie_break = lattice, tie_break
         self.dist = oracle.distances_to(lattice, target)
         self.dist.setflags(write=False)
-        self._expert: dict[Pose, str] = {}
+        self._optimal: dict[Pose, tuple[str, ...]] = {}
+
+    def optimal(self, pose: Pose) -> tuple[str, ...]:
+        """Every optimal action at ``pose``, tie-break order (the first is the expert's)."""
+        actions = self._optimal.get(pose)
+        if actions is None:
+            actions = self._optimal[pose] = tuple(
+                oracle.ranked_optimal_actions(self.lattice, pose, self.dist, self.tie_break))
+        return actions
 
     def expert(self, pose: Pose) -> str:
-        action = self._expert.get(pose)
-        if action is None:
-            action = self._expert[pose] = oracle.next_action(self.lattice, pose, self.dist, self.tie_break)
-        return action
+        return self.optimal(pose)[0]
 
 
 @lru_cache(maxsize=1024)
@@ -273,6 +278,8 @@ class Episode:
             "max_steps": self.max_steps,
             "task_id": self.task["task_id"],
             "expert_response": f"Action: {self.expert()}",
+            # the whole optimal set (tie-break order, first = expert_response): all-optimal SFT labels
+            "expert_responses": [f"Action: {a}" for a in self._field.optimal(self.pose)],
             "candidate_responses": list(CANDIDATE_RESPONSES),
         })
         if record is not None:

@@ -89,15 +89,22 @@ def optimal_actions(lattice: Lattice, pose: Pose, dist: np.ndarray) -> list[str]
     return found
 
 
-def next_action(lattice: Lattice, pose: Pose, dist: np.ndarray, tie_break: str = DEFAULT_TIE_BREAK) -> str:
-    """The expert's action at ``pose``: Stop at the target, else the optimal action that ``tie_break``
-    (see ``TIE_BREAKS``) ranks first. Works from any pose, so it stays right after the agent deviates."""
+def ranked_optimal_actions(lattice: Lattice, pose: Pose, dist: np.ndarray,
+                           tie_break: str = DEFAULT_TIE_BREAK) -> list[str]:
+    """Every optimal action at ``pose`` in ``tie_break`` order (see ``TIE_BREAKS``): the first is the
+    expert's action, the whole list is the label set of ``spatialrl data sft --labels all_optimal``."""
     if tie_break not in TIE_BREAKS:
         raise ValueError(f"unknown expert tie-break {tie_break!r}; known: {', '.join(TIE_BREAKS)}")
     options = optimal_actions(lattice, pose, dist)
     if options == [STOP]:
-        return STOP
-    return min(options, key=lambda a: TIE_BREAKS[tie_break].index(ACTION_INDEX[a]))
+        return options
+    return sorted(options, key=lambda a: TIE_BREAKS[tie_break].index(ACTION_INDEX[a]))
+
+
+def next_action(lattice: Lattice, pose: Pose, dist: np.ndarray, tie_break: str = DEFAULT_TIE_BREAK) -> str:
+    """The expert's action at ``pose``: Stop at the target, else the optimal action that ``tie_break``
+    (see ``TIE_BREAKS``) ranks first. Works from any pose, so it stays right after the agent deviates."""
+    return ranked_optimal_actions(lattice, pose, dist, tie_break)[0]
 
 
 def expert_actions(lattice: Lattice, start: Pose, target: Pose, tie_break: str = DEFAULT_TIE_BREAK) -> list[str]:
