@@ -35,7 +35,7 @@ import io
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -295,6 +295,41 @@ def build_sft_dataset(
             "expert_noise": expert_noise,
             "command": command,
         }
+        atomic_write_json(tmp / "meta.json", meta)
+    return meta
+
+
+def write_sft_samples(out: str | Path, samples: Iterable[dict[str, Any]], meta: dict[str, Any],
+                      overwrite: bool = False) -> dict[str, Any]:
+    """A dataset folder from ready-made samples, for data made without the expert runner (e.g. TVR's
+    visual pretraining pairs, ``spatialrl tvr pretrain-data``); returns its ``meta.json``.
+
+    Each sample is ``{"id", "episode_id", "category", "turns", "messages"}`` with image parts as uint8
+    HxWx3 arrays; they go through the same content-addressed image store and the same build-then-rename
+    as :func:`build_sft_dataset`, so the folder reads, trains and merges like any other. ``samples`` may be
+    a generator (images are stored as they come, never all held at once). ``meta`` says what built the
+    data; ``format`` and the counts (``samples``, ``assistant_turns``, ``images``, ``categories``) are
+    filled in here.
+    """
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise DataError(f"{out}: folder exists and is not empty (pass --overwrite to replace it)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_folder(out) as tmp:
+        store = _ImageStore(tmp)
+        rows, categories = [], {}
+        for i, sample in enumerate(samples):
+            missing = [k for k in ("id", "episode_id", "category", "turns", "messages") if k not in sample]
+            if missing:
+                raise DataError(f"sample [{i}]: field(s) {', '.join(map(repr, missing))} missing")
+            rows.append({**{k: v for k, v in sample.items() if k != "messages"},
+                         "messages": _stored(sample["messages"], store)})
+            categories[sample["category"]] = categories.get(sample["category"], 0) + 1
+        if not rows:
+            raise DataError(f"{out}: no samples to write")
+        write_jsonl(tmp / "samples.jsonl", rows)
+        meta = {"format": FORMAT, **meta, "samples": len(rows), "assistant_turns": sum(len(r["turns"]) for r in rows),
+                "images": len(store.known), "categories": categories}
         atomic_write_json(tmp / "meta.json", meta)
     return meta
 
