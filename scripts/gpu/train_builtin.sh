@@ -66,6 +66,10 @@ fi
 EXPERT_NOISE=${EXPERT_NOISE:-0.3}
 stamp "stage=$STAGE smoke=$SMOKE work=$WORK"
 machine_line >> "$OUT/timeline.txt" 2>&1
+if [ "$STAGE" != resume ] && [ "$STAGE" != fit ]; then  # EGL renders, batch frames == single ones (seconds)
+  timeout 120 "$PY" "$ROOT/scripts/gpu/render_check.py" >> "$OUT/timeline.txt" 2>&1 \
+    || { stamp "FAILED: render check (EGL, scripts/gpu/render_check.py): stopping before the data stage"; exit 1; }
+fi
 
 # ------------------------------------------------------------------------------------------- train
 virl_shard() {  # k: a metro city of seed 100+k and its expert episodes
@@ -147,8 +151,16 @@ stage_fit() {  # merge the first SHARDS shards of each kind (not when resuming),
   train tvr-va-sft tvr_va_small.yaml $BS_VA &
   wait
   for name in virl-sft tvr-va-sft tvr-ao-sft; do
-    [ -d "$WORK/runs/$name/final" ] || continue
-    rm -rf "$WORK/weights/$name" && cp -r "$WORK/runs/$name/final" "$WORK/weights/$name"
+    rm -rf "$WORK/weights/$name"
+    if [ -d "$WORK/runs/$name/final" ]; then
+      cp -r "$WORK/runs/$name/final" "$WORK/weights/$name"
+    elif [ -d "$WORK/runs/$name/checkpoints" ]; then  # a paused run: its last checkpoint's model in bf16,
+      # so this command returns usable weights even if the machine is gone before the next one
+      "$PY" "$ROOT/scripts/gpu/snapshot_weights.py" "$WORK/runs/$name" "$WORK/weights/$name" >> "$OUT/timeline.txt" 2>&1 \
+        || { stamp "FAILED: snapshot of $name"; continue; }
+    else
+      continue
+    fi
     cp "$WORK/runs/$name/metrics.jsonl" "$WORK/runs/$name/summary.json" "$WORK/weights/$name/" 2>/dev/null
     tar -czf "$OUT/$name.tar.gz" -C "$WORK/weights" "$name"
     stamp "weights $name: $(du -h "$OUT/$name.tar.gz" | cut -f1)"
