@@ -93,6 +93,9 @@ class TaskSuite:
     # skip an env; the contract is in ``spatialrl.envs.vector``), or None to not batch with these options.
     # When it gives one, the rollout core (eval runner, RL loops) steps all slots through it in one call.
     make_vector_env: Callable[[dict[str, Any], int], Any] | None = None
+    # Optional answer statistics: (a rollout's sampled answers) -> {name: value}, logged by the RL
+    # trainers as ``rollout/answer_<name>`` (V-IRL: the share of answers in each action vocabulary).
+    answer_stats: Callable[[list[str]], dict[str, float]] | None = None
 
 
 _SUITES: dict[str, TaskSuite] = {}

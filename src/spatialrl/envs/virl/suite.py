@@ -137,6 +137,23 @@ def episodes(options: dict[str, Any]) -> list[EpisodeSpec]:
     return specs
 
 
+def answer_stats(answers: list[str]) -> dict[str, float]:
+    """Shares of answers by the action vocabulary their ``action`` field uses (read as the verifier reads
+    it): ``relative`` (turn_direction(left | right | slightly left | slightly right): the rule-OOD
+    vocabulary), ``absolute`` (turn_direction(<compass word>): the in-dist one), ``shared`` (forward() and
+    stop(), in both) and ``invalid`` (anything else, or no action field). They sum to 1."""
+    from spatialrl.envs.virl.prompts import ABSOLUTE_ACTIONS, RELATIVE_ACTIONS
+    from spatialrl.envs.virl.verify import read_field
+
+    shared = set(ABSOLUTE_ACTIONS) & set(RELATIVE_ACTIONS)
+    kinds = {**dict.fromkeys(RELATIVE_ACTIONS, "relative"), **dict.fromkeys(ABSOLUTE_ACTIONS, "absolute"),
+             **dict.fromkeys(shared, "shared")}
+    counts = dict.fromkeys(("relative", "absolute", "shared", "invalid"), 0)
+    for text in answers:
+        counts[kinds.get(read_field(text, "action"), "invalid")] += 1
+    return {f"{k}_share": v / max(1, len(answers)) for k, v in counts.items()}
+
+
 def summarize(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     from spatialrl.envs.virl.metrics import summarize as _summarize
 
@@ -239,5 +256,6 @@ SUITE = register_suite(
         thread_safe_envs=True,  # per-env state; the shared grid cache takes a lock
         thought=virl_thought,
         action_pattern=_ANSWER_PATTERNS["action"].pattern,
+        answer_stats=answer_stats,
     )
 )
