@@ -26,3 +26,13 @@ def other_city_data(tmp_path_factory) -> Path:
     """A visually different city (tinted panoramas, other origin) for the visual-OOD split."""
     return write_dataset(tmp_path_factory.mktemp("virl") / "other", random_routes(7, seed=4),
                          origin=(51.5133, -0.1357), seed=2, tint=(40, -30, 10))
+
+
+@pytest.fixture(scope="session")
+def generated_city(tmp_path_factory) -> Path:
+    """A fixed generated city (metro style, 3 routes, seed 5, small panoramas): the golden text of the
+    vision-required variant is pinned on it."""
+    from spatialrl.envs.virl.city import make_city
+
+    return make_city("metro", 3, 5, tmp_path_factory.mktemp("virl") / "metro", tiny=True, pano_width=256,
+                     contact_sheet=False, progress=False)

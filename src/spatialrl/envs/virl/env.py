@@ -11,6 +11,9 @@ Episode
 Observation
     VL mode: the 2×2 street-view grid at the current point (uint8, ``grid_size``² × 3). L mode: the
     current oracle observation string (the reference returns ``None``; a string keeps the space honest).
+    ``info["obs_act_seq"]`` is the prompt's history; in VL mode its current line says "You observe an
+    intersection" when the agent is at one (the reference), unless ``intersection_in_text=False`` (the
+    vision-required variant, VL only: the line is the same at every point, the grid must tell).
 
 Rewards (notes §1.8)
     +1 correct (advance one point; ``stop()`` ends the episode with success); −1 wrong; −1.5 for an
@@ -71,6 +74,7 @@ class VirlEnv(gym.Env):
         straight_line_length: int = 5,
         grid_size: int = REFERENCE_GRID,
         rail_mode: str = "faithful",
+        intersection_in_text: bool = True,
         cache_mb: float = 1024,
         cache_dir: str | Path | None = None,
         cache: GridCache | None = None,
@@ -83,8 +87,14 @@ class VirlEnv(gym.Env):
             raise ValueError(f"verify_iter must be >= 0, got {verify_iter}")
         if straight_line_length < 1:
             raise ValueError(f"straight_line_length must be >= 1, got {straight_line_length}")
+        if not isinstance(intersection_in_text, bool):
+            raise ValueError(f"intersection_in_text must be true or false, got {intersection_in_text!r}")
+        if mode == "l" and not intersection_in_text:
+            # a text-only agent would have nothing left to tell an intersection by
+            raise ValueError("intersection_in_text=false (the vision-required variant) needs mode='vl'")
         grid_layout(grid_size)
         self.vision = mode == "vl"
+        self.intersection_in_text = intersection_in_text
         self.mode = mode
         self.absolute_action = bool(absolute_action)
         self.verify_iter = int(verify_iter)
@@ -262,7 +272,8 @@ class VirlEnv(gym.Env):
             "gt_action": point.gt_action,
             "Verify Info": verify_info,
             "current_obs": oracle,
-            "obs_act_seq": obs_act_sequence(self.observations, self.actions, self.vision),
+            "obs_act_seq": obs_act_sequence(self.observations, self.actions, self.vision,
+                                            self.intersection_in_text),
             "is_success": self.is_success,
         }
         return {
@@ -311,6 +322,7 @@ class VirlEnv(gym.Env):
             "mode": self.mode,
             "rail_mode": self.fixes.name,
             "grid_size": self.grid_size,
+            "intersection_in_text": self.intersection_in_text,
         }
 
 

@@ -93,11 +93,16 @@ def action_list(absolute: bool) -> tuple[str, ...]:
     return ABSOLUTE_ACTIONS if absolute else RELATIVE_ACTIONS
 
 
-def obs_act_sequence(observations: list[str], actions: list[str], vision: bool) -> str:
+def obs_act_sequence(observations: list[str], actions: list[str], vision: bool,
+                     intersection_in_text: bool = True) -> str:
     """``O_i``/``A_i`` history lines; past observations are oracle text even in VL mode.
 
     The current line (one more observation than actions) is the oracle text in L mode and
     ``"You observe an image of 4 views; <intersection or nothing>"`` in VL mode, then an empty ``A_n``.
+    With ``intersection_in_text=False`` (VL only: the vision-required variant) the current line is
+    ``"You observe an image of 4 views; "`` everywhere, the reference's own line at non-intersection
+    points, so whether the agent stands at an intersection must be read from the grid. Past lines stay
+    oracle text: they are what the agent already answered, and say nothing about the current point.
     """
     lines = []
     for i, (obs, act) in enumerate(zip(observations, actions, strict=False)):
@@ -105,7 +110,8 @@ def obs_act_sequence(observations: list[str], actions: list[str], vision: bool) 
     if len(observations) > len(actions):
         n = len(observations)
         if vision:
-            inter = INTERSECTION_OBS if INTERSECTION_OBS in observations[-1] else ""
+            said = intersection_in_text and INTERSECTION_OBS in observations[-1]
+            inter = INTERSECTION_OBS if said else ""
             lines.append(f"O_{n}: You observe an image of 4 views; {inter}\nA_{n}: \n")
         else:
             lines.append(f"O_{n}: {observations[-1]}\nA_{n}: \n")

@@ -14,7 +14,12 @@ Splits (``--split``, or a comma list, or ``all``):
 Options (``--set key=value``): ``data`` (dataset folder, required), ``visual_data``, ``split``, ``mode``
 (``vl`` | ``l``), ``grid_size`` (2405 for parity; e.g. 448 for small models), ``rail_mode``
 (``faithful`` | ``fixed`` | comma list of fixes), ``limit`` (episodes per split), ``episodes`` (count per
-split instead of 48/18), ``verify_iter`` (2), ``seed`` (12), ``cache_mb``, ``cache_dir``.
+split instead of 48/18), ``verify_iter`` (2), ``seed`` (12), ``cache_mb``, ``cache_dir``,
+``intersection_in_text`` (true: the reference prompt, whose current history line says "You observe an
+intersection" at intersections; false, VL mode only: the vision-required variant, where that line is the
+same at every point and the street-view grid alone tells intersection from street and which landmarks
+are there). ``intersection_in_text`` is not among the defaults, so runs made before it existed resume
+unchanged; absent means true.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ SPLITS: dict[str, dict[str, Any]] = {
 DEFAULTS: dict[str, Any] = {
     "split": "in-dist", "mode": "vl", "grid_size": 2405, "rail_mode": "faithful", "verify_iter": 2, "seed": 12,
 }
-OPTION_KEYS = frozenset(DEFAULTS) | {"data", "visual_data", "limit", "episodes", "cache_mb", "cache_dir"}
+OPTION_KEYS = frozenset(DEFAULTS) | {"data", "visual_data", "limit", "episodes", "cache_mb", "cache_dir",
+                                     "intersection_in_text"}
 
 
 def _check(options: dict[str, Any]) -> dict[str, Any]:
@@ -48,6 +54,12 @@ def _check(options: dict[str, Any]) -> dict[str, Any]:
         raise SpatialRLError("virl: a dataset folder is required (--data DIR, e.g. .../VIRL_routes/nyc_1k_routes)")
     if opts["mode"] not in ("vl", "l"):
         raise SpatialRLError(f"virl: mode must be 'vl' or 'l', got {opts['mode']!r}")
+    shown = opts.get("intersection_in_text", True)
+    if not isinstance(shown, bool):
+        raise SpatialRLError(f"virl: option intersection_in_text must be true or false, got {shown!r}")
+    if not shown and opts["mode"] != "vl":
+        raise SpatialRLError("virl: intersection_in_text=false (the vision-required variant) needs mode=vl: "
+                             "a text-only agent would have nothing left to tell an intersection by")
     from spatialrl.envs.virl.rail import parse_rail_mode
 
     try:
@@ -86,6 +98,7 @@ def make_env(options: dict[str, Any]) -> Any:
             mode=opts["mode"],
             grid_size=int(opts["grid_size"]),
             rail_mode=opts["rail_mode"],
+            intersection_in_text=opts.get("intersection_in_text", True),
             verify_iter=int(opts["verify_iter"]),
             cache_mb=float(opts.get("cache_mb") or 1024),
             cache_dir=opts.get("cache_dir"),
