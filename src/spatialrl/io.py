@@ -1,4 +1,5 @@
-"""Small file helpers shared by every writer: atomic writes and tolerant JSONL reading."""
+"""Small file helpers shared by every writer: atomic writes, tolerant JSONL reading, and the writing half
+of the SFT dataset folder (content-addressed images, `write_sft_samples`)."""
 
 from __future__ import annotations
 
@@ -101,3 +102,109 @@ def atomic_folder(out: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# ------------------------------------------------------------------------------ SFT dataset folders
+# The writing half of the SFT dataset format (documented and read in ``train/data.py``). It lives here,
+# below every task, so a task's own data makers (TVR's visual pretraining pairs, ``envs/tvr/pretrain.py``)
+# write exactly the folders ``spatialrl data sft`` writes without importing the training layer.
+SFT_FORMAT = "spatialrl-sft/1"
+
+
+class ImageStore:
+    """Content-addressed PNG store: each distinct image is encoded and written once."""
+
+    def __init__(self, root: Path):
+        from spatialrl.lru import LRU
+
+        self.root = root
+        (root / "images").mkdir(parents=True, exist_ok=True)
+        self.known: set[str] = set()
+        # id(array) -> (array, path) for recently seen arrays: a multi-turn chat re-sends the same arrays
+        # every turn, so this skips re-hashing them. Bounded, so old frames can be freed.
+        self._recent = LRU(256)
+
+    def put(self, image: Any) -> str:
+        import hashlib
+        import io
+
+        import numpy as np
+
+        from spatialrl.errors import DataError
+
+        cached = self._recent.get(id(image))
+        if cached is not None and cached[0] is image:
+            return cached[1]
+        arr = np.ascontiguousarray(np.asarray(image))
+        if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
+            raise DataError(f"image part: expected uint8 HxWx3, got dtype {arr.dtype} shape {arr.shape}")
+        digest = hashlib.sha256(np.asarray(arr.shape, np.int64).tobytes() + arr.tobytes()).hexdigest()[:32]
+        rel = f"images/{digest}.png"
+        if digest not in self.known:
+            from PIL import Image
+
+            buf = io.BytesIO()
+            Image.fromarray(arr).save(buf, format="PNG", compress_level=1)
+            atomic_write_bytes(self.root / rel, buf.getvalue())
+            self.known.add(digest)
+        self._recent.pop(id(image))  # the id of a freed array can be reused: the new one replaces it
+        self._recent.put(id(image), (image, rel))
+        return rel
+
+
+def stored_conversation(conversation: list[dict[str, Any]], store: ImageStore) -> list[dict[str, Any]]:
+    """A conversation with images replaced by their stored paths (JSON-able, cheap to compare)."""
+    from spatialrl.errors import DataError
+
+    out = []
+    for message in conversation:
+        content = message["content"]
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        stored = []
+        for part in parts:
+            if part.get("type") == "image":
+                stored.append({"type": "image", "image": store.put(part["image"])})
+            elif part.get("type") == "text":
+                stored.append({"type": "text", "text": part["text"]})
+            else:
+                raise DataError(f"conversation part of unknown type {part.get('type')!r}")
+        out.append({"role": message["role"], "content": stored})
+    return out
+
+
+def write_sft_samples(out: str | os.PathLike, samples: Iterable[dict[str, Any]], meta: dict[str, Any],
+                      overwrite: bool = False) -> dict[str, Any]:
+    """An SFT dataset folder from ready-made samples, for data made without the expert runner (e.g. TVR's
+    visual pretraining pairs, ``spatialrl tvr pretrain-data``); returns its ``meta.json``.
+
+    Each sample is ``{"id", "episode_id", "category", "turns", "messages", ...}`` with image parts as
+    uint8 HxWx3 arrays; they go through the same content-addressed image store and the same
+    build-then-rename as ``train.data.build_sft_dataset``, so the folder reads, trains and merges like any
+    other. ``samples`` may be a generator (images are stored as they come, never all held at once).
+    ``meta`` says what built the data; ``format`` and the counts (``samples``, ``assistant_turns``,
+    ``images``, ``categories``) are filled in here.
+    """
+    from spatialrl.errors import DataError
+
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise DataError(f"{out}: folder exists and is not empty (pass --overwrite to replace it)")
+    with atomic_folder(out) as tmp:
+        store = ImageStore(tmp)
+        rows: list[dict[str, Any]] = []
+        categories: dict[str, int] = {}
+        for i, sample in enumerate(samples):
+            missing = [k for k in ("id", "episode_id", "category", "turns", "messages") if k not in sample]
+            if missing:
+                raise DataError(f"{out}: sample [{i}]: field(s) {', '.join(map(repr, missing))} missing")
+            rows.append({**{k: v for k, v in sample.items() if k != "messages"},
+                         "messages": stored_conversation(sample["messages"], store)})
+            categories[sample["category"]] = categories.get(sample["category"], 0) + 1
+        if not rows:
+            raise DataError(f"{out}: no samples to write")
+        write_jsonl(tmp / "samples.jsonl", rows)
+        meta = {"format": SFT_FORMAT, **{k: v for k, v in meta.items() if k != "format"}, "samples": len(rows),
+                "assistant_turns": sum(len(r["turns"]) for r in rows), "images": len(store.known),
+                "categories": categories}
+        atomic_write_json(tmp / "meta.json", meta)
+    return meta

@@ -30,12 +30,10 @@ a dataset that looks finished. Same task data + options + seed → the same byte
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -45,10 +43,11 @@ import numpy as np
 
 from spatialrl.agents.base import Conversation, Generation, SamplingParams
 from spatialrl.errors import DataError
-from spatialrl.io import atomic_folder, atomic_write_bytes, atomic_write_json, read_jsonl, write_jsonl
-from spatialrl.lru import LRU
+from spatialrl.io import SFT_FORMAT, atomic_folder, atomic_write_json, read_jsonl, write_jsonl
+from spatialrl.io import ImageStore as _ImageStore
+from spatialrl.io import stored_conversation as _stored
 
-FORMAT = "spatialrl-sft/1"
+FORMAT = SFT_FORMAT  # the writing half of the format lives in spatialrl/io.py (below the tasks)
 SampleMode = Literal["auto", "step", "episode"]
 # (options, info, expert response) -> the reasoning text put inside <think>...</think>.
 ThoughtFn = Callable[[dict[str, Any], dict[str, Any], str], str]
@@ -112,56 +111,6 @@ def annotation_request(conversation: Conversation, answer: str) -> Conversation:
 class _Episode:
     spec: Any
     turns: list[tuple[list[dict[str, Any]], str]] = field(default_factory=list)  # (stored conversation, answer)
-
-
-class _ImageStore:
-    """Content-addressed PNG store: each distinct image is encoded and written once."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        (root / "images").mkdir(parents=True, exist_ok=True)
-        self.known: set[str] = set()
-        # id(array) -> (array, path) for recently seen arrays: a multi-turn chat re-sends the same arrays
-        # every turn, so this skips re-hashing them. Bounded, so old frames can be freed.
-        self._recent = LRU(256)
-
-    def put(self, image: Any) -> str:
-        cached = self._recent.get(id(image))
-        if cached is not None and cached[0] is image:
-            return cached[1]
-        arr = np.ascontiguousarray(np.asarray(image))
-        if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
-            raise DataError(f"image part: expected uint8 HxWx3, got dtype {arr.dtype} shape {arr.shape}")
-        digest = hashlib.sha256(np.asarray(arr.shape, np.int64).tobytes() + arr.tobytes()).hexdigest()[:32]
-        rel = f"images/{digest}.png"
-        if digest not in self.known:
-            from PIL import Image
-
-            buf = io.BytesIO()
-            Image.fromarray(arr).save(buf, format="PNG", compress_level=1)
-            atomic_write_bytes(self.root / rel, buf.getvalue())
-            self.known.add(digest)
-        self._recent.pop(id(image))  # the id of a freed array can be reused: the new one replaces it
-        self._recent.put(id(image), (image, rel))
-        return rel
-
-
-def _stored(conversation: Conversation, store: _ImageStore) -> list[dict[str, Any]]:
-    """A conversation with images replaced by their stored paths (JSON-able, cheap to compare)."""
-    out = []
-    for message in conversation:
-        content = message["content"]
-        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        stored = []
-        for part in parts:
-            if part.get("type") == "image":
-                stored.append({"type": "image", "image": store.put(part["image"])})
-            elif part.get("type") == "text":
-                stored.append({"type": "text", "text": part["text"]})
-            else:
-                raise DataError(f"conversation part of unknown type {part.get('type')!r}")
-        out.append({"role": message["role"], "content": stored})
-    return out
 
 
 def _assistant(text: str) -> dict[str, Any]:
@@ -295,41 +244,6 @@ def build_sft_dataset(
             "expert_noise": expert_noise,
             "command": command,
         }
-        atomic_write_json(tmp / "meta.json", meta)
-    return meta
-
-
-def write_sft_samples(out: str | Path, samples: Iterable[dict[str, Any]], meta: dict[str, Any],
-                      overwrite: bool = False) -> dict[str, Any]:
-    """A dataset folder from ready-made samples, for data made without the expert runner (e.g. TVR's
-    visual pretraining pairs, ``spatialrl tvr pretrain-data``); returns its ``meta.json``.
-
-    Each sample is ``{"id", "episode_id", "category", "turns", "messages"}`` with image parts as uint8
-    HxWx3 arrays; they go through the same content-addressed image store and the same build-then-rename
-    as :func:`build_sft_dataset`, so the folder reads, trains and merges like any other. ``samples`` may be
-    a generator (images are stored as they come, never all held at once). ``meta`` says what built the
-    data; ``format`` and the counts (``samples``, ``assistant_turns``, ``images``, ``categories``) are
-    filled in here.
-    """
-    out = Path(out)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise DataError(f"{out}: folder exists and is not empty (pass --overwrite to replace it)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_folder(out) as tmp:
-        store = _ImageStore(tmp)
-        rows, categories = [], {}
-        for i, sample in enumerate(samples):
-            missing = [k for k in ("id", "episode_id", "category", "turns", "messages") if k not in sample]
-            if missing:
-                raise DataError(f"sample [{i}]: field(s) {', '.join(map(repr, missing))} missing")
-            rows.append({**{k: v for k, v in sample.items() if k != "messages"},
-                         "messages": _stored(sample["messages"], store)})
-            categories[sample["category"]] = categories.get(sample["category"], 0) + 1
-        if not rows:
-            raise DataError(f"{out}: no samples to write")
-        write_jsonl(tmp / "samples.jsonl", rows)
-        meta = {"format": FORMAT, **meta, "samples": len(rows), "assistant_turns": sum(len(r["turns"]) for r in rows),
-                "images": len(store.known), "categories": categories}
         atomic_write_json(tmp / "meta.json", meta)
     return meta
 
