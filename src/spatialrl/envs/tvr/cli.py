@@ -70,3 +70,44 @@ def show_command(
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None
     console.print(f"[green]wrote {path}[/green]")
+
+
+@app.command("pretrain-data")
+def pretrain_data_command(
+    data: Annotated[Path, typer.Option(help="Bench folder (as in `spatialrl eval --data`).")],
+    out: Annotated[Path, typer.Option(help="SFT dataset folder to write (the `spatialrl data sft` format).")],
+    pairs: Annotated[int, typer.Option(help="Samples (frame pairs) in all, split evenly over the kinds.")],
+    split: Annotated[str, typer.Option(help="Split whose scenes give the poses (sft or rl; never eval scenes).")] = "sft",
+    seed: Annotated[int, typer.Option(help="Seed: kinds, classes, scenes and poses all derive from it.")] = 0,
+    kinds: Annotated[str, typer.Option(help="Comma-separated sample kinds: same_view, which_action.")] =
+        "same_view,which_action",
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Frame option key=value (repeatable): width, height, badges, cache_mb.")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing dataset folder.")] = False,
+) -> None:
+    """Visual pretraining pairs from the simulator's free labels: same view yes/no, which action (docs/tvr.md)."""
+    import shlex
+    import sys
+
+    from rich.console import Console
+    from rich.progress import track
+
+    from spatialrl.envs.tvr.pretrain import parse_kinds, pretrain_meta, pretrain_options, pretrain_samples
+    from spatialrl.io import write_sft_samples
+    from spatialrl.overrides import parse_sets
+
+    console = Console()
+    try:
+        chosen = parse_kinds(kinds)
+        sets = parse_sets(set_)
+        pretrain_options(sets)  # bad options fail before any scene is built
+        meta = pretrain_meta(data, split, pairs, seed, chosen, sets,
+                             command=shlex.join(["spatialrl", *sys.argv[1:]]) if sys.argv else None)
+        samples = pretrain_samples(data, split, pairs, seed, chosen, sets)
+        meta = write_sft_samples(out, track(samples, total=pairs, description="tvr pretrain-data",
+                                            console=console, transient=True), meta, overwrite=overwrite)
+    except (SpatialRLError, ValueError) as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(meta["categories"].items()))
+    console.print(f"[green]{meta['samples']} samples, {meta['images']} images → {out}[/green]\n  {counts}")
