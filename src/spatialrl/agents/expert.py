@@ -8,6 +8,7 @@ same thing by construction.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from spatialrl.agents.base import Conversation, Generation, SamplingParams
@@ -56,3 +57,72 @@ class ExpertPolicy:
         if not others:
             return Generation(text=label, extra={"label": label})
         return Generation(text=rng.choice(others), extra={"label": label})
+
+
+class RollInPolicy:
+    """DAgger roll-in for SFT data: ``agent`` drives the episode, the env's expert labels every state.
+
+    Per turn, with probability ``beta`` the expert's answer is stepped instead of the agent's (beta = 1 is
+    the plain expert, beta = 0 pure on-policy states). The draw comes from
+    ``random.Random(f"{sampling.seed}:roll-in:{stream}")`` with the runner's per-(episode, turn) stream id,
+    so which turns the expert takes does not depend on the batch size or on the other episodes; the agent
+    is asked only for the other conversations (with their own stream ids, so a seeded agent answers the
+    same whatever the batch). Every generation carries ``extra["label"]`` = ``info["expert_response"]``,
+    the oracle's answer at the state the agent reached, and ``extra["by"]`` (``agent``/``expert``). The
+    agent's answer is stepped as it is: an unparsable one is the env's to handle (TVR spends the turn and
+    keeps the pose), and its state is still labelled. An agent error is passed on (the runner ends that
+    episode); its label stays on the generation.
+    """
+
+    def __init__(self, agent: Any, beta: float = 0.0):
+        if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0.0 <= beta <= 1.0:
+            raise ValueError(f"roll-in beta must be a number in [0, 1], got {beta!r}")
+        self.agent = agent
+        self.beta = float(beta)
+        self.name = f"roll-in:{getattr(agent, 'name', type(agent).__name__)}"
+        self.turns = {"agent": 0, "expert": 0}
+
+    def _expert_turn(self, i: int, info: dict[str, Any], sampling: SamplingParams) -> bool:
+        if self.beta >= 1.0:
+            return True
+        if self.beta <= 0.0:
+            return False
+        import random
+
+        key = (sampling.streams[i] if sampling.streams is not None
+               else f"{info.get('task_id', info.get('episode_id'))}:{info.get('step')}")
+        return random.Random(f"{sampling.seed}:roll-in:{key}").random() < self.beta
+
+    def generate(
+        self,
+        conversations: list[Conversation],
+        sampling: SamplingParams,
+        infos: list[dict[str, Any]] | None = None,
+    ) -> list[Generation]:
+        if infos is None or len(infos) != len(conversations):
+            raise ValueError("the roll-in policy needs the env info of every conversation (infos=...)")
+        for info in infos:
+            if "expert_response" not in info:
+                raise KeyError("env info has no 'expert_response'; this env cannot label the agent's states")
+        by_expert = [self._expert_turn(i, info, sampling) for i, info in enumerate(infos)]
+        asked = [i for i, e in enumerate(by_expert) if not e]
+        answers: dict[int, Generation] = {}
+        if asked:
+            streams = None if sampling.streams is None else tuple(sampling.streams[i] for i in asked)
+            sub = replace(sampling, streams=streams)
+            got = self.agent.generate([conversations[i] for i in asked], sub, [infos[i] for i in asked])
+            if len(got) != len(asked):
+                raise RuntimeError(f"roll-in agent {self.name}: {len(got)} generations for {len(asked)} prompts")
+            answers = dict(zip(asked, got, strict=True))
+        out = []
+        for i, info in enumerate(infos):
+            label = info["expert_response"]
+            if by_expert[i]:
+                gen = Generation(text=label, extra={"label": label, "by": "expert"})
+                self.turns["expert"] += 1
+            else:
+                gen = answers[i]
+                gen = replace(gen, extra={**gen.extra, "label": label, "by": "agent"})
+                self.turns["agent"] += 1
+            out.append(gen)
+        return out

@@ -102,7 +102,8 @@ def data_sft_command(
     cot_annotator: Annotated[str | None, typer.Option(
         help="Agent that writes the CoT reasoning instead of the template (e.g. openai:MODEL@URL).")] = None,
     episodes: Annotated[int | None, typer.Option(help="Number of episodes (a seeded subset; default all).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the episode subset.")] = 0,
+    seed: Annotated[int, typer.Option(
+        help="Seed of the episode subset, the expert noise and the roll-in's draws and sampling.")] = 0,
     samples: Annotated[str, typer.Option(help="auto | step | episode (see docs/training.md).")] = "auto",
     batch_size: Annotated[int, typer.Option(help="Episodes stepped together.")] = 16,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Task option key=value (repeatable).")] = None,
@@ -111,6 +112,17 @@ def data_sft_command(
     expert_noise: Annotated[float, typer.Option(
         help="Share of turns where the expert steps a random other action (labels stay the expert's): "
              "off-path states for single-turn prompts.")] = 0.0,
+    roll_in: Annotated[str | None, typer.Option(
+        help="DAgger roll-in: this agent (hf:PATH | builtin:NAME | random | openai:MODEL@URL) drives the episodes, "
+             "every sample is the expert's label at the state it reached; single-turn prompts only.")] = None,
+    roll_in_beta: Annotated[float, typer.Option(
+        help="With --roll-in: share of turns stepped by the expert instead (seeded per episode and turn).")] = 0.0,
+    roll_in_temperature: Annotated[float, typer.Option(
+        help="With --roll-in: the agent's sampling temperature (0 = greedy, as eval).")] = 0.0,
+    max_new_tokens: Annotated[int | None, typer.Option(
+        help="With --roll-in: the agent's answer budget (default: the model's recorded setting, else 256).")] = None,
+    labels: Annotated[str, typer.Option(
+        help="expert (one tie-broken label per state) | all_optimal (TVR: one sample per optimal action).")] = "expert",
     memory: Annotated[str | None, typer.Option("--memory", hidden=True, help="Old spelling of --set memory=...")] = None,
     force: Annotated[bool, typer.Option("--force", hidden=True, help="Old spelling of --overwrite.")] = False,
 ) -> None:
@@ -137,7 +149,29 @@ def data_sft_command(
             memory = None
         if cot and "cot" in suite.default_options:
             options["cot"] = True  # the task's prompter asks for reasoning (TVR); others keep their prompt
-        options.update(parse_sets(set_))
+        user_sets = parse_sets(set_)
+        agent, sampling = None, None
+        if roll_in is None:
+            for flag, value, default in (("--roll-in-beta", roll_in_beta, 0.0),
+                                         ("--roll-in-temperature", roll_in_temperature, 0.0),
+                                         ("--max-new-tokens", max_new_tokens, None)):
+                if value != default:
+                    raise typer.BadParameter(f"{flag} needs --roll-in AGENT")
+        else:
+            from spatialrl.agents.base import SamplingParams
+            from spatialrl.agents.loader import load_policy
+            from spatialrl.eval.cli import apply_model_settings
+
+            # The agent sees the prompts it was trained on: its recorded eval settings (image size, memory
+            # mode, answer length) apply where --set gives nothing, as in `spatialrl eval`.
+            budget = apply_model_settings(Console(), roll_in, task, options, user_sets, max_new_tokens)
+            if not 0.0 <= roll_in_beta <= 1.0:
+                raise typer.BadParameter(f"--roll-in-beta must be in [0, 1], got {roll_in_beta}")
+            sampling = SamplingParams(temperature=roll_in_temperature, max_new_tokens=budget, seed=seed)
+            agent = load_policy(roll_in, seed=seed)
+        options.update(user_sets)
+        if labels not in ("expert", "all_optimal"):
+            raise typer.BadParameter(f"--labels must be expert or all_optimal, got {labels!r}")
         annotator = None
         if cot_annotator is not None:
             if not cot:
@@ -148,14 +182,29 @@ def data_sft_command(
         meta = build_sft_dataset(
             suite, options, out, episodes=episodes, seed=seed, samples=samples,  # type: ignore[arg-type]
             thought_fn=thought_function(task) if cot else None, annotator=annotator, batch_size=batch_size,
-            only_success=not keep_failed, overwrite=overwrite or force, expert_noise=expert_noise, command=_command_line(
+            only_success=not keep_failed, overwrite=overwrite or force, expert_noise=expert_noise,
+            roll_in=agent, roll_in_beta=roll_in_beta, roll_in_name=roll_in, sampling=sampling,
+            labels=labels,  # type: ignore[arg-type]
+            command=_command_line(
                 task=task, data=data, split=split, memory=memory, cot=cot, cot_annotator=cot_annotator,
-                episodes=episodes, seed=seed, samples=samples, set_=set_, out=out, expert_noise=expert_noise or None),
+                episodes=episodes, seed=seed, samples=samples, set_=set_, out=out, expert_noise=expert_noise or None,
+                roll_in=roll_in, roll_in_beta=roll_in_beta if roll_in else None,
+                roll_in_temperature=roll_in_temperature or None, max_new_tokens=max_new_tokens,
+                labels=None if labels == "expert" else labels),
         )
-        Console().print(f"[green]{meta['samples']} samples ({meta['assistant_turns']} assistant turns, "
-                        f"{meta['images']} images) from {meta['episodes']} episodes → {out}[/green]")
+        turns = (f"{meta['states']} states, every optimal label of each" if "states" in meta
+                 else f"{meta['assistant_turns']} assistant turns")
+        Console().print(f"[green]{meta['samples']} samples ({turns}, {meta['images']} images) from "
+                        f"{meta['episodes']} episodes → {out}[/green]")
         if meta["episodes_dropped"]:
             Console().print(f"[yellow]{len(meta['episodes_dropped'])} episodes dropped (expert failed)[/yellow]")
+        if roll_in is not None:
+            by = meta["roll_in_turns"]
+            Console().print(f"roll-in {roll_in}: {by['agent']} agent turns, {by['expert']} expert turns; "
+                            f"{meta['episodes_success']}/{meta['episodes']} episodes succeeded")
+            if meta["episodes_agent_errors"]:
+                Console().print(f"[yellow]{len(meta['episodes_agent_errors'])} episodes ended by an agent error "
+                                f"(their states so far are kept; e.g. {meta['episodes_agent_errors'][0]})[/yellow]")
     except (SpatialRLError, KeyError, ValueError) as e:
         _fail(e)
 

@@ -111,6 +111,7 @@ def annotation_request(conversation: Conversation, answer: str) -> Conversation:
 class _Episode:
     spec: Any
     turns: list[tuple[list[dict[str, Any]], str]] = field(default_factory=list)  # (stored conversation, answer)
+    label_sets: list[list[str]] | None = None  # labels="all_optimal": every optimal answer of each turn
 
 
 def _assistant(text: str) -> dict[str, Any]:
@@ -137,6 +138,11 @@ def episode_samples(episode: _Episode, mode: SampleMode) -> list[dict[str, Any]]
         raise DataError(f"episode {spec.episode_id}: samples='episode' needs a growing multi-turn chat, but this "
                         "task's prompter restarts the conversation (use samples='step')")
     base = {"episode_id": spec.episode_id, "category": spec.category}
+    if episode.label_sets is not None:  # one sample per optimal answer (the image files are shared)
+        return [{"id": f"{spec.episode_id}/t{t:03d}/a{k}", **base, "turns": [t], "n_labels": len(labels),
+                 "messages": [*conv, _assistant(label)]}
+                for t, ((conv, _), labels) in enumerate(zip(turns, episode.label_sets, strict=True))
+                for k, label in enumerate(labels)]
     if mode == "episode" or (mode == "auto" and growing and len(turns) > 1):
         conv, answer = turns[-1]
         return [{"id": spec.episode_id, **base, "turns": list(range(len(turns))),
@@ -155,6 +161,63 @@ def select_episodes(all_episodes: list[Any], n: int | None, seed: int) -> list[A
     return [all_episodes[i] for i in sorted(order.tolist())]
 
 
+LabelMode = Literal["expert", "all_optimal"]
+_PROBE_ANSWER = ""  # an answer no env accepts: what its prompter does after a wrong or unparsable answer
+
+
+def check_single_turn(suite: Any, options: dict[str, Any], spec: Any, what: str, label_set: bool = False) -> None:
+    """Refuse ``what`` (expert noise, roll-in, all-optimal labels) for a task whose prompter carries an
+    answer into the next conversation as an assistant turn: SFT supervises every assistant turn, so the
+    noisy or agent answers of earlier turns (or a sibling label) would be trained on.
+
+    Checked before any episode runs, from the task itself: one env is reset on ``spec``, stepped on an
+    empty answer and the prompter's next conversation is inspected (TVR ``memory=va`` keeps every
+    answer; V-IRL appends a wrong answer and a retry message; TVR ``memory=ao`` starts a fresh turn).
+    ``label_set``: also require the env's set of optimal answers (``info["expert_responses"]``).
+    """
+    env = suite.make_env(options)
+    try:
+        obs, info = env.reset(seed=spec.seed, options=dict(spec.reset_options))
+        if label_set and not info.get("expert_responses"):
+            raise DataError(f"--labels all_optimal: the {suite.name} env info has no 'expert_responses' (the set "
+                            "of optimal answers at a state); only TVR provides it")
+        prompter = suite.make_prompter(options)
+        prompter.reset(obs, info)
+        obs, _, terminated, truncated, info = env.step(_PROBE_ANSWER)
+        if terminated or truncated:
+            return  # one answer per episode: nothing to carry over
+        prompter.update(_PROBE_ANSWER, obs, info)
+        if any(m["role"] == "assistant" for m in prompter.messages()):
+            raise DataError(
+                f"{what}: needs single-turn prompts, but the {suite.name} prompter with these options carries an "
+                "answer into the next conversation as an assistant turn, which SFT would supervise too (TVR: use "
+                "--set memory=ao; V-IRL never leaves the expert's route: a wrong answer keeps the agent at the same "
+                "point and adds a retry turn holding that answer, so its only off-path states are such multi-turn "
+                "retries)")
+    finally:
+        env.close()
+
+
+class _AllOptimalLabels:
+    """Wraps the acting policy: each generation also carries ``extra["labels"]``, every optimal answer at
+    the state it was asked in (the env's ``info["expert_responses"]``)."""
+
+    def __init__(self, inner: Any, task: str):
+        self.inner, self.task = inner, task
+        self.name = getattr(inner, "name", type(inner).__name__)
+
+    def generate(self, conversations: list[Conversation], sampling: SamplingParams,
+                 infos: list[dict[str, Any]] | None = None) -> list[Generation]:
+        gens = self.inner.generate(conversations, sampling, infos)
+        for gen, info in zip(gens, infos or [], strict=True):
+            labels = info.get("expert_responses")
+            if not labels:
+                raise DataError(f"--labels all_optimal: the {self.task} env info has no 'expert_responses' "
+                                "(the set of optimal answers); only TVR provides it")
+            gen.extra = {**gen.extra, "labels": [str(x) for x in labels]}
+        return gens
+
+
 def build_sft_dataset(
     suite: Any,
     options: dict[str, Any],
@@ -170,6 +233,11 @@ def build_sft_dataset(
     progress: bool = True,
     command: str | None = None,
     expert_noise: float = 0.0,
+    roll_in: Any | None = None,
+    roll_in_beta: float = 0.0,
+    roll_in_name: str | None = None,
+    sampling: SamplingParams | None = None,
+    labels: LabelMode = "expert",
 ) -> dict[str, Any]:
     """Run the (CoT) expert on ``suite`` and write an SFT dataset folder; returns its ``meta.json``.
 
@@ -177,46 +245,86 @@ def build_sft_dataset(
     path, as DART/DAgger collect them) while every sample's answer stays the expert's label; such
     episodes are kept whether or not they succeed, and the samples are per step.
 
+    ``roll_in`` (a Policy; ``roll_in_name`` is its spec, recorded in meta.json) is DAgger's roll-in: the
+    agent's answers drive the episode (the expert's instead on a share ``roll_in_beta`` of turns, see
+    :class:`~spatialrl.agents.expert.RollInPolicy`) and every sample's answer is the expert's label at
+    the state the agent reached; episodes are kept whether or not they succeed. ``sampling`` is the
+    agent's decoding (default greedy, ``seed``). An episode the agent ends with an error keeps the
+    samples of its turns so far and is listed in ``episodes_agent_errors``.
+
+    ``labels="all_optimal"`` (TVR) writes one sample per optimal action of each state instead of the
+    expert's single tie-broken one (``n_labels`` on each row = the size of that state's set).
+
+    Noise, roll-in and all-optimal labels need single-turn prompts (:func:`check_single_turn`) and the
+    plain expert's answers (no CoT, no ``samples="episode"``).
+
     ``thought_fn`` switches on CoT answers (``<think>…</think>`` + answer). ``only_success`` drops
     episodes the expert did not finish successfully (there should be none; they are counted).
     """
-    from spatialrl.agents.expert import ExpertPolicy
+    from spatialrl.agents.expert import ExpertPolicy, RollInPolicy
     from spatialrl.rollout.runner import run_episodes
 
     if samples not in ("auto", "step", "episode"):
         raise ValueError(f"samples must be auto, step or episode, got {samples!r}")
+    if labels not in ("expert", "all_optimal"):
+        raise ValueError(f"labels must be expert or all_optimal, got {labels!r}")
+    if roll_in is not None and expert_noise > 0:
+        raise DataError("--roll-in and --expert-noise both choose the stepped actions; use one of them")
+    off_path = expert_noise > 0 or roll_in is not None  # episodes kept whether or not they succeed
+    special = [what for what, on in (("expert noise", expert_noise > 0), ("roll-in", roll_in is not None),
+                                     ("all-optimal labels", labels == "all_optimal")) if on]
+    if special and (thought_fn is not None or samples == "episode"):
+        raise DataError(f"{' and '.join(special)} work with per-step samples of the plain expert "
+                        "(no --cot, samples step/auto)")
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         if not overwrite:
             raise DataError(f"{out}: folder exists and is not empty (pass --overwrite to replace it)")
     chosen = select_episodes(suite.episodes(options), episodes, seed)
+    if special and chosen:
+        check_single_turn(suite, options, chosen[0], " and ".join(special), label_set=labels == "all_optimal")
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_folder(out) as tmp:
         store = _ImageStore(tmp)
-        live: dict[str, _Episode] = {spec.episode_id: _Episode(spec) for spec in chosen}
+        live: dict[str, _Episode] = {
+            spec.episode_id: _Episode(spec, label_sets=[] if labels == "all_optimal" else None) for spec in chosen}
         results: dict[str, list[dict[str, Any]]] = {}
         dropped: list[str] = []
 
         def on_turn(spec: Any, conversation: Conversation, generation: Generation, step: tuple) -> None:
             episode = live[spec.episode_id]
-            if expert_noise > 0 and any(m["role"] == "assistant" for m in conversation):
-                raise DataError("expert noise needs single-turn prompts (e.g. TVR --memory ao): in a multi-turn "
-                                "chat the noisy answers of earlier turns would be supervised too")
+            if special and any(m["role"] == "assistant" for m in conversation):
+                raise DataError(f"{' and '.join(special)} need single-turn prompts (e.g. TVR --set memory=ao): in a "
+                                "multi-turn chat the answers of earlier turns would be supervised too")
             episode.turns.append((_stored(conversation, store), generation.extra.get("label", generation.text)))
+            if episode.label_sets is not None:
+                episode.label_sets.append(generation.extra["labels"])
             _, _, terminated, truncated, info = step
             if terminated or truncated:
                 success = bool(info.get("episode", {}).get("success", False))
-                if only_success and not success and expert_noise <= 0:
+                if only_success and not success and not off_path:
                     dropped.append(spec.episode_id)
                 else:
                     results[spec.episode_id] = episode_samples(episode, samples)
                 del live[spec.episode_id]
 
-        if expert_noise > 0 and (thought_fn is not None or samples == "episode"):
-            raise DataError("expert noise works with per-step samples of the plain expert (no --cot, samples step/auto)")
-        policy = ExpertPolicy(expert_noise) if thought_fn is None else CoTExpertPolicy(options, thought_fn, annotator)
-        run_episodes(suite, options, policy, chosen, batch_size=batch_size,
-                     sampling=SamplingParams(seed=seed), out_dir=None, progress=progress, on_turn=on_turn)
+        if roll_in is not None:
+            policy: Any = RollInPolicy(roll_in, roll_in_beta)
+        elif thought_fn is None:
+            policy = ExpertPolicy(expert_noise)
+        else:
+            policy = CoTExpertPolicy(options, thought_fn, annotator)
+        acting = _AllOptimalLabels(policy, suite.name) if labels == "all_optimal" else policy
+        run = run_episodes(suite, options, acting, chosen, batch_size=batch_size,
+                           sampling=sampling or SamplingParams(seed=seed), out_dir=None, progress=progress,
+                           on_turn=on_turn)
+        agent_errors = []
+        if roll_in is not None:  # the agent failed to answer (e.g. an API error): keep the states reached
+            errors = {r["episode_id"]: r.get("error") for r in run.episodes}
+            for episode_id, episode in list(live.items()):
+                agent_errors.append({"episode_id": episode_id, "error": errors.get(episode_id)})
+                results[episode_id] = episode_samples(episode, samples)
+                del live[episode_id]
         if live:
             raise DataError(f"{len(live)} expert episodes did not finish (e.g. {next(iter(live))})")
         rows = [s for spec in chosen for s in results.get(spec.episode_id, [])]
@@ -242,8 +350,20 @@ def build_sft_dataset(
             "images": len(store.known),
             "categories": categories,
             "expert_noise": expert_noise,
+            "labels": labels,
+            "roll_in": None if roll_in is None else (roll_in_name or getattr(roll_in, "name", type(roll_in).__name__)),
+            "roll_in_beta": None if roll_in is None else float(roll_in_beta),
             "command": command,
         }
+        if labels == "all_optimal":  # several samples per state: how many states they label
+            meta["states"] = len({(r["episode_id"], r["turns"][0]) for r in rows})
+        if roll_in is not None:
+            sp = sampling or SamplingParams(seed=seed)
+            meta["roll_in_sampling"] = {"temperature": sp.temperature, "top_p": sp.top_p,
+                                        "max_new_tokens": sp.max_new_tokens, "seed": sp.seed}
+            meta["roll_in_turns"] = dict(policy.turns)
+            meta["episodes_success"] = sum(bool(r.get("success")) for r in run.episodes if not r.get("error"))
+            meta["episodes_agent_errors"] = agent_errors
         atomic_write_json(tmp / "meta.json", meta)
     return meta
 
