@@ -80,6 +80,7 @@ class RollInPolicy:
         self.agent = agent
         self.beta = float(beta)
         self.name = f"roll-in:{getattr(agent, 'name', type(agent).__name__)}"
+        self.device = getattr(agent, "device", None)  # the runner warns when a model on the CPU will be slow
         self.turns = {"agent": 0, "expert": 0}
 
     def _expert_turn(self, i: int, info: dict[str, Any], sampling: SamplingParams) -> bool:

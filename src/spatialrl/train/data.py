@@ -205,6 +205,7 @@ class _AllOptimalLabels:
     def __init__(self, inner: Any, task: str):
         self.inner, self.task = inner, task
         self.name = getattr(inner, "name", type(inner).__name__)
+        self.device = getattr(inner, "device", None)  # seen by the runner's CPU-time warning
 
     def generate(self, conversations: list[Conversation], sampling: SamplingParams,
                  infos: list[dict[str, Any]] | None = None) -> list[Generation]:
