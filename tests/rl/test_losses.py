@@ -141,6 +141,52 @@ def test_explained_variance():
     assert losses.explained_variance(r, r) == pytest.approx(1.0)
     assert losses.explained_variance(torch.zeros(3), r) == pytest.approx(0.0)
     assert math.isnan(losses.explained_variance(r, torch.ones(3)))
+    # by hand: R − V = [1, 0, 2, −1] (mean 0.5, Σ dev² 5), R = [2, 2, 5, 3] (mean 3, Σ dev² 6): 1 − 5/6
+    assert losses.explained_variance(torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([2.0, 2.0, 5.0, 3.0])) \
+        == pytest.approx(1.0 / 6.0)
+
+
+# two answers in a (2, 4) batch: position 0 is prompt (weight 0), row 1's last position is padding
+PPO_WEIGHTS = torch.tensor([[0.0, 0.5, 1.0, 1.0], [0.0, 1.0, 1.0, 0.0]])
+PPO_ADV = torch.tensor([1.0, -2.0])
+
+
+@pytest.mark.parametrize("ratio", ["sequence", "token"])
+def test_ppo_policy_loss_is_one_with_identical_policies(ratio):
+    logp = torch.tensor([[-9.0, -1.5, -0.2, -3.0], [-7.0, -0.4, -2.2, 4.0]])
+    loss, st = losses.ppo_policy_loss(logp, logp.clone(), PPO_WEIGHTS, PPO_ADV, 0.1, 10.0, ratio)
+    assert close(st["ratio"], [1.0, 1.0]) and close(st["approx_kl"], [0.0, 0.0])
+    assert st["clipped_sequence"].sum() == 0 and st["clipped_tokens"].sum() == 0
+    assert close(st["tokens"], [3.0, 2.0])
+    assert close(loss, -PPO_ADV)  # −min(A, A) whatever the weighting
+
+
+def test_ppo_policy_loss_per_token_by_hand():
+    old = torch.zeros(2, 4)
+    # token ratios 1.05, 1.3, 0.75 (row 0) and 0.7, 1.0 (row 1); entries off the answer must not count
+    new = torch.log(torch.tensor([[20.0, 1.05, 1.3, 0.75], [9.0, 0.7, 1.0, 50.0]]))
+    loss, st = losses.ppo_policy_loss(new, old, PPO_WEIGHTS, PPO_ADV, 0.2, None, "token")
+    # row 0, A = 1: terms −1.05, −min(1.3, 1.2) = −1.2, −min(0.75, 0.8) = −0.75, weights 0.5, 1, 1
+    # row 1, A = −2: −min(−1.4, −1.6) = 1.6 and −min(−2, −2) = 2, weights 1, 1
+    assert close(loss, [(-0.5 * 1.05 - 1.2 - 0.75) / 2.5, (1.6 + 2.0) / 2], tol=1e-5)
+    assert close(st["clipped_tokens"], [2.0, 1.0]) and close(st["tokens"], [3.0, 2.0])
+    assert close(st["ratio"], [(1.05 + 1.3 + 0.75) / 3, (0.7 + 1.0) / 2], tol=1e-5)
+    k3 = lambda r: (r - 1) - math.log(r)  # noqa: E731
+    assert close(st["approx_kl"], [(k3(1.05) + k3(1.3) + k3(0.75)) / 3, (k3(0.7) + k3(1.0)) / 2], tol=1e-6)
+    # the sequence ratios of the same tokens: 1.05^0.5 · 1.3 · 0.75 ≈ 0.9991 (inside 1 ± 0.2), 0.7 (clipped)
+    seq_loss, seq = losses.ppo_policy_loss(new, old, PPO_WEIGHTS, PPO_ADV, 0.2, None, "sequence")
+    r0 = 1.05 ** 0.5 * 1.3 * 0.75
+    assert close(seq["ratio"], [r0, 0.7], tol=1e-5) and close(seq["clipped_sequence"], [0.0, 1.0])
+    assert close(seq_loss, [-r0, 1.6], tol=1e-5)
+    assert close(seq["clipped_tokens"], st["clipped_tokens"])  # token diagnostics in either variant
+    # the gradient reaches only answer tokens, through the term min() picked (d/dlogp of −w·ρA / Σw):
+    # 1.3 is cut at 1.2 (no gradient), 0.75 < 0.8 keeps its unclipped term, row 1's 0.7 takes the clipped one
+    new.requires_grad_(True)
+    loss, _ = losses.ppo_policy_loss(new, old, PPO_WEIGHTS, PPO_ADV, 0.2, None, "token")
+    loss.sum().backward()
+    assert close(new.grad, [[0.0, -0.5 * 1.05 / 2.5, 0.0, -0.75 / 2.5], [0.0, 0.0, 2.0 / 2, 0.0]], tol=1e-5)
+    with pytest.raises(ValueError, match="ratio"):
+        losses.ppo_policy_loss(new, old, PPO_WEIGHTS, PPO_ADV, 0.2, None, "tokens")
 
 
 def test_broadcast_to_tokens():

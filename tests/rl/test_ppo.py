@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -79,7 +82,7 @@ def test_batch_shuffle_keeps_the_scoring_batches():
     import pytest
 
     from spatialrl.train.config import ConfigError
-    from spatialrl.train.ppo import epoch_micro_batches
+    from spatialrl.train.rl_common import epoch_micro_batches
 
     scoring = [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
     rng = np.random.default_rng(0)
@@ -91,3 +94,108 @@ def test_batch_shuffle_keeps_the_scoring_batches():
     assert sorted(i for b in regrouped for i in b) == list(range(10)) and sorted(regrouped) != scoring
     with pytest.raises(ConfigError, match="shuffle"):
         PPOConfig(shuffle="steps")
+
+
+def test_both_ratios_are_one_with_unchanged_weights(tmp_path, tiny_model_dir, letter_suite):
+    """At lr 0 the training passes see the policy that scored the samples: ratio 1 and nothing clipped,
+    whether the ratio is the whole answer's or each token's; both clip fractions are logged either way."""
+    for ratio in ("sequence", "token"):
+        cfg = ppo_config(tmp_path / ratio, tiny_model_dir, updates=1, ratio=ratio, **{"optim.lr": 0.0})
+        last = train(cfg)["last"]
+        assert last["losses/ratio"] == pytest.approx(1.0, abs=1e-5), ratio
+        assert last["losses/approx_kl"] == pytest.approx(0.0, abs=1e-6), ratio
+        for key in ("ppo/clip_fraction", "ppo/clip_fraction_sequence", "ppo/clip_fraction_token", "losses/clipfrac"):
+            assert last[key] == 0.0, (ratio, key)
+        assert -math.inf < last["value/explained_variance"] <= 1.0
+
+
+def test_token_and_sequence_ratios_on_the_same_rollout(tmp_path, tiny_model_dir, letter_suite):
+    """The same first update (same rollout, same old log-probs) with each ratio: the token variant trains
+    on its own clip fraction, and logs the sequence one the other variant would have seen."""
+    rows = {}
+    for ratio in ("sequence", "token"):
+        cfg = ppo_config(tmp_path / ratio, tiny_model_dir, updates=2, ratio=ratio, epochs=3)
+        train(cfg)
+        rows[ratio] = read_updates(cfg.output_dir)
+    seq, tok = rows["sequence"][1], rows["token"][1]
+    assert seq["rollout/step_reward_mean"] == tok["rollout/step_reward_mean"]  # the same rollout
+    assert seq["ppo/clip_fraction"] == seq["ppo/clip_fraction_sequence"]
+    assert tok["ppo/clip_fraction"] == tok["ppo/clip_fraction_token"] == tok["losses/clipfrac"]
+    assert 0.0 < tok["ppo/clip_fraction_token"] < 1.0 and 0.0 < seq["ppo/clip_fraction_sequence"] <= 1.0
+    assert seq["losses/action_loss"] != tok["losses/action_loss"]  # a different objective was optimised
+
+
+def test_critic_warmup_trains_the_value_head_only(tmp_path, tiny_model_dir, letter_suite):
+    """Three value-only updates: the exported model is the starting model bit for bit, the value head
+    moved, and its loss fell while the frozen policy kept playing the same way."""
+    cfg = ppo_config(tmp_path, tiny_model_dir, updates=3, critic_warmup=3)
+    train(cfg)
+    before = load_file(str(tiny_model_dir / "model.safetensors"))
+    after = load_file(str(tmp_path / "run/final/model.safetensors"))
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    torch.manual_seed(cfg.seed)  # the head train() builds before any update
+    start = ValueHead(64, tuple(cfg.value_head_widths))
+    trained = ValueHead.load(tmp_path / "run/final")
+    assert not all(torch.equal(a, b) for a, b in zip(start.state_dict().values(), trained.state_dict().values(),
+                                                     strict=True))
+    rows = read_updates(cfg.output_dir)
+    assert rows[3]["losses/value_loss"] < rows[1]["losses/value_loss"]
+    assert all(rows[u]["losses/ratio"] == pytest.approx(1.0, abs=1e-5) for u in rows)  # the policy never moved
+
+
+def test_detached_critic_sends_no_value_gradient_into_the_model():
+    """``critic_head(head, detach=True)``, as PPO passes it to the scoring forward: the value loss's
+    gradient reaches the head and nothing else; without detaching it reaches the shared model."""
+    from spatialrl.models.tiny import build_tiny
+    from spatialrl.models.value_head import hidden_size_of
+    from spatialrl.rollout.trajectory import TurnTokenizer
+    from spatialrl.train.policy_ops import score_tokens
+    from spatialrl.train.rl_common import critic_head
+
+    model, proc = build_tiny("qwen2_5_vl")
+    turns = TurnTokenizer(proc, "qwen2_5_vl")
+    seg = turns.start([{"role": "user", "content": [
+        {"type": "image", "image": np.full((56, 56, 3), 90, np.uint8)}, {"type": "text", "text": "go"}]}])
+    turns.add_policy(seg, [10, 11, 12], [0.0] * 3, 0)
+    inputs = turns.collate([(seg, len(seg))])
+    pos = torch.tensor([len(seg.prompt_ids) - 1])
+    torch.manual_seed(0)
+    head = ValueHead(hidden_size_of(model))
+    for detach in (True, False):
+        model.zero_grad(set_to_none=True)
+        sc = score_tokens(model, inputs, int(pos[0]) + 1, hidden_positions=pos, value_head=critic_head(head, detach))
+        ((sc.hidden - 1.0) ** 2).sum().backward()  # a value loss alone
+        trunk = [p.grad for n, p in model.named_parameters() if not n.startswith("value_head")]
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in head.parameters())
+        if detach:
+            assert all(g is None for g in trunk)
+        else:
+            assert any(g is not None and g.abs().sum() > 0 for g in trunk)
+
+
+def test_both_ratios_on_virl(tmp_path, tiny_model_dir):
+    """One PPO update on the real V-IRL task (JSON answers, verification retries) with each ratio; the
+    share of sampled answers in each action vocabulary is logged (``rollout/answer_*``: V-IRL's
+    TaskSuite.answer_stats), and sums to 1."""
+    from spatialrl.envs.virl.testdata import golden_routes, write_dataset
+
+    virl = write_dataset(tmp_path / "virl", golden_routes(), seed=0)
+    for ratio in ("sequence", "token"):
+        cfg = load_config(PPOConfig, REPO / "configs/ppo/tiny_cpu.yaml", {
+            "model.path": str(tiny_model_dir), "output_dir": str(tmp_path / ratio), "updates": 1, "num_envs": 4,
+            "num_steps": 8, "epochs": 1, "checkpoint.every": 0, "task.data": str(virl), "ratio": ratio,
+            "sampling.max_new_tokens": 12, "task.options": {"grid_size": 112, "episodes": 8, "seed": 42}})
+        last = train(cfg)["last"]
+        assert last["charts/env_steps"] == 8 and 0.0 <= last["ppo/clip_fraction"] <= 1.0
+        assert last["ppo/clip_fraction"] == last[f"ppo/clip_fraction_{ratio}"]
+        shares = [last[f"rollout/answer_{k}_share"] for k in ("relative", "absolute", "shared", "invalid")]
+        assert sum(shares) == pytest.approx(1.0)
+
+
+def test_ratio_and_warmup_options_are_checked():
+    from spatialrl.train.config import ConfigError
+
+    with pytest.raises(ConfigError, match="ratio: expected 'sequence' or 'token'"):
+        PPOConfig(ratio="tokens")
+    with pytest.raises(ConfigError, match=r"critic_warmup: must be in \[0, updates=15\]"):
+        PPOConfig(critic_warmup=16)

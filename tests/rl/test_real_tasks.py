@@ -153,6 +153,8 @@ def test_env_threads_change_no_number_in_grpo(tmp_path, tiny_model_dir):
         rows[threads] = [r for r in read_jsonl(tmp_path / f"t{threads}" / "metrics.jsonl") if "losses/policy_loss" in r]
     (one,), (three,) = rows[1], rows[3]
     assert three["train/env_seconds"] > 0 and three["rollout/trajectories"] == 6
+    assert sum(three[f"rollout/answer_{k}_share"] for k in ("relative", "absolute", "shared", "invalid")) \
+        == pytest.approx(1.0)  # V-IRL's answer vocabulary shares (TaskSuite.answer_stats), in GRPO too
     for key, value in one.items():
         if key.startswith(("losses/", "rollout/", "rewards/", "episodes/")):
             assert three[key] == pytest.approx(value, abs=1e-6), key

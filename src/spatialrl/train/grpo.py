@@ -54,6 +54,7 @@ from spatialrl.train.expert_states import (
 from spatialrl.train.merged_rollout import merged_rollout, rollout_model
 from spatialrl.train.metrics import episode_metrics, reduce_metrics, reward_component_metrics
 from spatialrl.train.policy_ops import collate_inputs, sample_segments, score_tokens
+from spatialrl.train.rl_common import adopt_model_image_sizes, answer_metrics
 from spatialrl.train.rl_config import GatedRewardConfig, GRPOConfig
 from spatialrl.train.run import Run
 from spatialrl.train.task_stream import env_threads, episode_sampler, rollout_generator, task_episodes
@@ -267,8 +268,11 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
     after that many updates as if killed (no final save) — how the tests check exact resume. ``prebuilt``
     = ``(model, processor)`` built by the caller replaces ``cfg.model.path`` (the speed benchmark's random
     11B-sized model, never written to disk)."""
+    notices = adopt_model_image_sizes(cfg) if prebuilt is None else []  # before config.json is written
     run = Run(cfg, cfg.micro_batch_size, rl=True)
     acc, rank = run.accelerator, run.rank
+    for line in notices:
+        acc.print(line)
 
     # --- task
     suite, options, episodes = task_episodes(cfg.task, {"distance": "geodesic"} if cfg.geodesic_progress else None)
@@ -358,6 +362,7 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
         counters["env_steps"] += sum(t.num_turns for t in trajs)
         counters["episodes"] += len(trajs)
         metrics = rollout_metrics(trajs, zero_var, keep)
+        metrics.update(answer_metrics(suite, [text for t in trajs for text in t.responses]))
         tokens = max(1.0, sums["tokens"])
         metrics.update({f"losses/{k}": v / tokens for k, v in sums.items() if k != "tokens"})
         metrics.update({"losses/policy_tokens": sums["tokens"], "train/lr": lr,

@@ -147,6 +147,47 @@ def clipped_policy_loss(
     return loss, stats
 
 
+def ppo_policy_loss(
+    token_logp: Tensor,
+    old_token_logp: Tensor,
+    weights: Tensor,
+    advantages: Tensor,
+    clip: float,
+    ratio_guard: float | None = None,
+    ratio: Literal["sequence", "token"] = "sequence",
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO's per-sample clipped surrogate ``(B,)`` from per-token log-probs ``(B, T)``, with the ratio
+    taken over the whole answer or per token. ``weights`` ``(B, T)``: the SFTvsRL token weights
+    (thought_prob_coef before the action field, 1 from it, 0 off the answer); ``advantages`` ``(B,)``.
+
+    * ``sequence`` (SFTvsRL): ρ = exp(Σ_t w_t (logp_t − old_t)), L = −min(ρA, clip(ρ)A). At sampling
+      temperature 0.2 a sum over 60–128 tokens moves far from 1 for small per-token changes.
+    * ``token`` (TRL/verl): ρ_t = exp(logp_t − old_t), L = Σ_t w_t · (−min(ρ_t A, clip(ρ_t) A)) / Σ_t w_t —
+      the per-token surrogate averaged over the answer, so one token's drift clips only that token.
+
+    Diagnostics (``(B,)`` each) of both ratios whatever ``ratio`` is, so runs of either variant report
+    what the other would have clipped: ``ratio`` / ``approx_kl`` of the variant in use (token: plain
+    means over the answer's tokens), ``clipped_sequence`` (1 where |ρ − 1| > ε), ``clipped_tokens`` and
+    ``tokens`` (answer tokens with |ρ_t − 1| > ε, and all answer tokens).
+    """
+    mask = (weights > 0).to(token_logp.dtype)
+    seq_loss, seq = clipped_policy_loss(weighted_sequence_logprob(token_logp, weights),
+                                        weighted_sequence_logprob(old_token_logp, weights), advantages, clip,
+                                        ratio_guard)
+    tok_loss, tok = clipped_policy_loss(token_logp, old_token_logp, advantages[:, None].expand_as(token_logp),
+                                        clip, ratio_guard)
+    stats = {"clipped_sequence": seq["clipped"], "clipped_tokens": masked_sum(tok["clipped"], mask, dim=-1),
+             "tokens": mask.sum(-1)}
+    if ratio == "sequence":
+        return seq_loss, {**stats, "ratio": seq["ratio"], "approx_kl": seq["approx_kl"]}
+    if ratio != "token":
+        raise ValueError(f"ratio must be 'sequence' or 'token', got {ratio!r}")
+    w = weights.to(token_logp.dtype)
+    loss = (tok_loss * w).sum(-1) / w.sum(-1).clamp(min=1e-12)
+    return loss, {**stats, "ratio": masked_mean(tok["ratio"], mask, dim=-1),
+                  "approx_kl": masked_mean(tok["approx_kl"], mask, dim=-1)}
+
+
 def clipped_value_loss(values: Tensor, old_values: Tensor, returns: Tensor, clip: float) -> Tensor:
     """Element-wise clipped value loss (the reference's ``use_clipped_value_loss``):
 

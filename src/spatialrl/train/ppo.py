@@ -23,11 +23,13 @@ What one update does (``spec/training.md``; reference: ``rl/trainer/{llama_train
 
        ρ = exp(log π(a|s) − log π_old(a|s))
        L_π = −min(ρA, clip(ρ, 1 ± 0.1)A)            (only the clipped term where ρ > ratio_guard)
+       (``ratio: token``: one ρ_t per answer token, L_π the weighted mean of the per-token terms)
        L_V = ½ max((V − R)², (V_old + clip(V − V_old, ±0.1) − R)²)
        L = L_π + value_coef · L_V − entropy_coef · H
 
    Adam(eps 1e-7) over all weights + value head, gradient norm clipped to 0.01; cosine LR stepped once
-   per update (T_max ``lr_max_steps``).
+   per update (T_max ``lr_max_steps``). The first ``critic_warmup`` updates train the value head alone
+   (L = value_coef · L_V on a detached hidden state); ``detach_critic`` detaches it in every update.
 5. Log the reference's metrics, checkpoint (model, value head, optimizer, RNG and the
    in-flight episodes, so a resumed run continues exactly).
 """
@@ -49,7 +51,7 @@ from spatialrl.io import atomic_write_bytes
 from spatialrl.models.value_head import ValueHead, hidden_size_of
 from spatialrl.rollout.agent_loop import EnvPool, Step
 from spatialrl.rollout.trajectory import Segment, Trajectory, TurnTokenizer
-from spatialrl.train import losses
+from spatialrl.train import losses, rl_common
 from spatialrl.train.common import list_checkpoints, prepare_trainable
 from spatialrl.train.merged_rollout import merged_rollout, rollout_model
 from spatialrl.train.metrics import episode_metrics, reduce_metrics, reward_component_metrics, stats
@@ -69,7 +71,8 @@ class Sample:
     """One env step as a training sample: the segment prefix through this turn's answer.
 
     ``weights`` covers positions ``[answer_start, end)``: thought_prob_coef before the action field, 1
-    from it on. ``old_logp``/``value`` are filled by the scoring pass, ``advantage``/``ret`` by GAE.
+    from it on. ``old_logp`` (its per-token terms ``old_token_logp``) and ``value`` are filled by the
+    scoring pass, ``advantage``/``ret`` by GAE.
     """
 
     segment: Segment
@@ -77,6 +80,7 @@ class Sample:
     end: int
     weights: list[float]
     old_logp: float = 0.0
+    old_token_logp: list[float] = field(default_factory=list)
     value: float = 0.0
     advantage: float = 0.0
     ret: float = 0.0
@@ -111,26 +115,24 @@ def batch_inputs(turns: TurnTokenizer, samples: list[Sample], device: Any, visio
 
 def forward_samples(model: Any, head: Any, turns: TurnTokenizer, samples: list[Sample], temperature: float,
              with_entropy: bool, device: Any, entropy_grad: bool = True, vision: tuple[Any, Any] | None = None,
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """(action log-probs ``(B,)``, values ``(B,)``, mean answer-token entropy ``(B,)`` or None)."""
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(per-token log-probs ``(B, W)``, token weights ``(B, W)``, values ``(B,)``, mean answer-token
+    entropy ``(B,)`` or None). ``head`` is called as is (``critic_head`` detaches its input)."""
     inputs, start, weights, positions = batch_inputs(turns, samples, device, vision)
     sc = score_tokens(model, inputs, start, temperature, with_entropy=with_entropy, hidden_positions=positions,
                       value_head=head, entropy_grad=entropy_grad)
-    logp = losses.weighted_sequence_logprob(sc.logp, weights)
     entropy = None
     if sc.entropy is not None:
         entropy = losses.masked_mean(sc.entropy, weights > 0, dim=-1)
-    return logp, sc.hidden.float(), entropy
+    return sc.logp, weights, sc.hidden.float(), entropy
 
 
-def epoch_micro_batches(n: int, size: int, shuffle: str, rng: np.random.Generator) -> list[list[int]]:
-    """One epoch's micro-batches of sample indices. ``samples``: a fresh permutation cut into batches;
-    ``batches``: the scoring pass's batches (``[0, size)``, ``[size, 2·size)``, ...) in shuffled order."""
-    if shuffle == "batches":
-        scoring = [list(range(lo, min(lo + size, n))) for lo in range(0, n, size)]
-        return [scoring[i] for i in rng.permutation(len(scoring)).tolist()]
-    order = rng.permutation(n).tolist()
-    return [order[i:i + size] for i in range(0, n, size)]
+def old_token_logps(samples: list[Sample], width: int, device: Any) -> torch.Tensor:
+    """The scoring pass's per-token log-probs laid out like ``batch_inputs``' weights, ``(B, width)``."""
+    old = torch.zeros((len(samples), width), device=device)
+    for b, s in enumerate(samples):
+        old[b, s.answer_start:s.end] = torch.tensor(s.old_token_logp, dtype=torch.float32)
+    return old
 
 
 # ------------------------------------------------------------------------------------------ episodes
@@ -234,9 +236,11 @@ def score(cfg: PPOConfig, run: Run, upd: Update, model: Any, head: Any, turns: T
     flat = upd.flat
     for lo in range(0, len(flat), micro):
         chunk = flat[lo:lo + micro]
-        logp, value, _ = forward_samples(model, head, turns, chunk, temperature, False, run.device, vision=vision)
-        for s, lp, v in zip(chunk, logp.tolist(), value.tolist(), strict=True):
-            s.old_logp, s.value = lp, v
+        token_logp, weights, value, _ = forward_samples(model, head, turns, chunk, temperature, False, run.device,
+                                                        vision=vision)
+        logp = losses.weighted_sequence_logprob(token_logp, weights)
+        for s, row, lp, v in zip(chunk, token_logp.tolist(), logp.tolist(), value.tolist(), strict=True):
+            s.old_logp, s.old_token_logp, s.value = lp, row[s.answer_start:s.end], v
     next_value = torch.zeros(cfg.num_envs)
     live = [i for i, slot in enumerate(pool.slots) if slot.segment is not None]
     for lo in range(0, len(live), micro):
@@ -270,32 +274,37 @@ def advantages(cfg: PPOConfig, upd: Update, next_value: torch.Tensor) -> None:
 def optimise(cfg: PPOConfig, run: Run, flat: list[Sample], head: Any, turns: TurnTokenizer, update: int,
              vision: tuple[Any, Any] | None, say: Callable[[str], None] | None, t0: float,
              ) -> tuple[dict[str, float], list[float]]:
-    """4. ``epochs`` passes over the shuffled steps; ``grad_accum`` micro-batches per optimiser step.
-    Returns the sample-summed loss statistics (``n``: samples) and the gradient norms."""
+    """4. ``epochs`` passes over the shuffled steps; ``grad_accum`` micro-batches per optimiser step
+    (during critic warm-up: the value loss alone, the head on a detached input). Returns the
+    sample-summed loss statistics (``n``: samples; ``clipped_tokens`` over ``tokens``) and the gradient norms."""
     model, acc, device = run.model, run.accelerator, run.device
     model.train()
-    sums = dict.fromkeys(("action_loss", "value_loss", "entropy", "clipfrac", "approx_kl", "ratio", "n"), 0.0)
+    warmup = update < cfg.critic_warmup
+    value_head = rl_common.critic_head(head, cfg.detach_critic or warmup)
+    sums = dict.fromkeys(("action_loss", "value_loss", "entropy", "approx_kl", "ratio", "n",
+                          "clipped_sequence", "clipped_tokens", "tokens"), 0.0)
     grad_norms: list[float] = []
     order_rng = np.random.default_rng([cfg.seed, run.rank, update])
     for epoch in range(cfg.epochs):
-        micro = epoch_micro_batches(len(flat), cfg.micro_batch_size, cfg.shuffle, order_rng)
+        micro = rl_common.epoch_micro_batches(len(flat), cfg.micro_batch_size, cfg.shuffle, order_rng)
         for lo in range(0, len(micro), cfg.grad_accum):
             group = micro[lo:lo + cfg.grad_accum]
             for i, idx in enumerate(group):
                 last = i == len(group) - 1
                 chunk = [flat[j] for j in idx]
-                old_logp = torch.tensor([x.old_logp for x in chunk], device=device)
                 old_value = torch.tensor([x.value for x in chunk], device=device)
                 adv = torch.tensor([x.advantage for x in chunk], device=device)
                 ret = torch.tensor([x.ret for x in chunk], device=device)
                 with run.micro_step(last), acc.autocast():
-                    logp, value, entropy = forward_samples(model, head, turns, chunk, cfg.sampling.temperature, True,
-                                                           device, entropy_grad=cfg.entropy_coef > 0, vision=vision)
-                    pg, st = losses.clipped_policy_loss(logp, old_logp, adv, cfg.clip, cfg.ratio_guard)
+                    logp, weights, value, entropy = forward_samples(
+                        model, value_head, turns, chunk, cfg.sampling.temperature, True, device,
+                        entropy_grad=cfg.entropy_coef > 0 and not warmup, vision=vision)
+                    pg, st = losses.ppo_policy_loss(logp, old_token_logps(chunk, logp.shape[1], device), weights, adv,
+                                                    cfg.clip, cfg.ratio_guard, cfg.ratio)
                     action_loss = pg.mean()
                     value_loss = losses.clipped_value_loss(value, old_value, ret, cfg.value_clip).mean()
-                    loss = action_loss + cfg.value_coef * value_loss
-                    if cfg.entropy_coef > 0:
+                    loss = cfg.value_coef * value_loss + (0.0 if warmup else action_loss)
+                    if cfg.entropy_coef > 0 and not warmup:
                         loss = loss - cfg.entropy_coef * entropy.mean()
                     acc.backward(loss / len(group))  # the mean over the optimiser step's micro-batches
                     if last and (norm := run.optimizer_step()) is not None:
@@ -304,9 +313,8 @@ def optimise(cfg: PPOConfig, run: Run, flat: list[Sample], head: Any, turns: Tur
                 sums["n"] += k
                 sums["action_loss"] += float(action_loss.detach()) * k
                 sums["value_loss"] += float(value_loss.detach()) * k
-                sums["clipfrac"] += float(st["clipped"].sum())
-                sums["approx_kl"] += float(st["approx_kl"].sum())
-                sums["ratio"] += float(st["ratio"].sum())
+                for key in ("approx_kl", "ratio", "clipped_sequence", "clipped_tokens", "tokens"):
+                    sums[key] += float(st[key].sum())
                 if entropy is not None:
                     sums["entropy"] += float(entropy.detach().sum())
         if say:
@@ -315,18 +323,18 @@ def optimise(cfg: PPOConfig, run: Run, flat: list[Sample], head: Any, turns: Tur
 
 
 def update_metrics(cfg: PPOConfig, run: Run, upd: Update, feed: EpisodeFeed, sums: dict[str, float],
-                   grad_norms: list[float], lr: float, t0: float, vision_cache: Any) -> dict[str, float]:
+                   grad_norms: list[float], lr: float, t0: float, vision_cache: Any, suite: Any) -> dict[str, float]:
     """5. The reference's metrics (``docs/rl.md`` defines each), combined over processes."""
     n_samples = len(upd.flat)
     feed.counters["env_steps"] += n_samples
     feed.counters["episodes_done"] += len(upd.finished)
-    n = max(1.0, sums.pop("n"))
-    metrics = {f"losses/{k}": v / n for k, v in sums.items()}
+    metrics = rl_common.ppo_loss_metrics(sums, cfg.ratio)
     metrics.update(stats("rollout/step_reward", upd.rewards))
     metrics.update(stats("rollout/value", upd.values))
     metrics.update(stats("rollout/return", upd.returns))
     metrics.update(stats("rollout/advantage", upd.advantages))
-    metrics["losses/explained_variance"] = losses.explained_variance(upd.values.flatten(), upd.returns.flatten())
+    metrics["value/explained_variance"] = losses.explained_variance(upd.values.flatten(), upd.returns.flatten())
+    metrics.update(rl_common.answer_metrics(suite, [s.trajectory.responses[s.turn] for row in upd.steps for s in row]))
     metrics.update(episode_metrics(upd.finished))
     metrics.update(reward_component_metrics(upd.finished))
     elapsed = time.perf_counter() - t0
@@ -348,8 +356,11 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
     after that many updates as if killed (no final save) — how the tests check exact resume. ``prebuilt``
     = ``(model, processor)`` built by the caller replaces ``cfg.model.path`` (the speed benchmark's random
     11B-sized model, never written to disk)."""
+    notices = rl_common.adopt_model_image_sizes(cfg) if prebuilt is None else []  # before config.json is written
     run = Run(cfg, cfg.micro_batch_size, rl=True)
     acc, out, rank = run.accelerator, run.out, run.rank
+    for line in notices:
+        acc.print(line)
 
     # --- task: this process's endless stream of episodes
     suite, options, episodes = task_episodes(cfg.task)
@@ -421,7 +432,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
         sums, grad_norms = optimise(cfg, run, upd.flat, head, turns, update, vision, say, t0)
         update += 1
         # 5. metrics, eval, checkpoint
-        last = update_metrics(cfg, run, upd, feed, sums, grad_norms, lr, t0, vision_cache)
+        last = update_metrics(cfg, run, upd, feed, sums, grad_norms, lr, t0, vision_cache, suite)
         ending = run.is_last(update, cfg.updates)
         if update % max(1, cfg.logging.every) == 0 or ending:
             run.log(update, last)

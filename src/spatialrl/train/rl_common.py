@@ -1,12 +1,14 @@
-"""Pieces PPO and GRPO share that are not tensor math (that is ``losses.py``): the image sizes a run
-takes from the model it starts from, the value head's input (detached or not), and the task suite's
-answer statistics as rollout metrics."""
+"""Pieces of the RL trainers that are not tensor math (that is ``losses.py``): the image sizes a run
+takes from the model it starts from, the value head's input (detached or not), PPO's epoch order, and
+the task suite's answer statistics as rollout metrics, PPO's loss and clip-fraction metrics."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 # The task options that fix what the model sees (TVR frame size, V-IRL grid, GeneralPoints table side).
 # A model folder records the values it was trained with (``spatialrl_model.json`` → ``eval``).
@@ -65,9 +67,34 @@ def critic_head(head: Any, detach: bool) -> Callable[[Any], Any]:
     return lambda hidden: head(hidden.detach())
 
 
+def epoch_micro_batches(n: int, size: int, shuffle: str, rng: np.random.Generator) -> list[list[int]]:
+    """One epoch's micro-batches of sample indices. ``samples``: a fresh permutation cut into batches;
+    ``batches``: the scoring pass's batches (``[0, size)``, ``[size, 2·size)``, ...) in shuffled order."""
+    if shuffle == "batches":
+        scoring = [list(range(lo, min(lo + size, n))) for lo in range(0, n, size)]
+        return [scoring[i] for i in rng.permutation(len(scoring)).tolist()]
+    order = rng.permutation(n).tolist()
+    return [order[i:i + size] for i in range(0, n, size)]
+
+
 def answer_metrics(suite: Any, answers: list[str], prefix: str = "rollout/answer_") -> dict[str, float]:
     """The task suite's statistics of a rollout's sampled answers (``TaskSuite.answer_stats``; V-IRL:
     the share in each action vocabulary), as ``<prefix><key>``; nothing for a suite without the hook."""
     if suite.answer_stats is None or not answers:
         return {}
     return {f"{prefix}{k}": float(v) for k, v in suite.answer_stats(answers).items()}
+
+
+def ppo_loss_metrics(sums: dict[str, float], ratio: str) -> dict[str, float]:
+    """PPO's ``losses/*`` (per-sample means of the epochs' sample-summed statistics) and clip fractions:
+    ``ppo/clip_fraction_sequence`` (share of samples whose sequence ratio left 1 ± ε),
+    ``ppo/clip_fraction_token`` (share of answer tokens whose own ratio did), and ``ppo/clip_fraction``
+    (= ``losses/clipfrac``), the one of the ``ratio`` variant in use."""
+    sums = dict(sums)
+    n = max(1.0, sums.pop("n"))
+    clipped = {"sequence": sums.pop("clipped_sequence") / n,
+               "token": sums.pop("clipped_tokens") / max(1.0, sums.pop("tokens"))}
+    out = {f"losses/{k}": v / n for k, v in sums.items()}
+    out.update({"ppo/clip_fraction": clipped[ratio], "losses/clipfrac": clipped[ratio],
+                "ppo/clip_fraction_sequence": clipped["sequence"], "ppo/clip_fraction_token": clipped["token"]})
+    return out

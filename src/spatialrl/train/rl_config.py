@@ -113,6 +113,18 @@ class PPOConfig:
                        "the exact shapes that fixed π_old; bf16 on a GPU changes numerics with batch shape)."),
     )
     clip: float = field(default=0.1, metadata=_help("PPO ratio clip ε (SFTvsRL clip_param 0.1)."))
+    ratio: Literal["sequence", "token"] = field(
+        default="sequence",
+        metadata=_help("Where the ratio is taken: 'sequence' = one ratio of the whole answer's weighted "
+                       "log-prob (SFTvsRL); 'token' = one ratio per answer token, the clipped surrogate "
+                       "averaged over the answer's tokens (thought tokens weighted thought_prob_coef; TRL/verl)."),
+    )
+    critic_warmup: int = field(default=0, metadata=_help(
+        "Value-only updates at the start of the run: the value head learns the returns while the policy "
+        "is frozen (no policy loss, no gradient into the model). They count among `updates`."))
+    detach_critic: bool = field(default=False, metadata=_help(
+        "Stop the value loss's gradient at the value head's input: the shared model learns from the "
+        "policy loss only (the reference let both flow into it)."))
     value_clip: float = field(default=0.1, metadata=_help("Clip of the value change in the clipped value loss (0.1)."))
     value_coef: float = field(default=0.5, metadata=_help("Weight of the value loss (value_loss_coef 0.5)."))
     entropy_coef: float = field(
@@ -160,6 +172,10 @@ class PPOConfig:
             raise ConfigError(f"shuffle: expected 'samples' or 'batches', got {self.shuffle!r}")
         if self.sampling.temperature <= 0:
             raise ConfigError("sampling.temperature: PPO samples and scores with logits / temperature; must be > 0")
+        if self.ratio not in ("sequence", "token"):
+            raise ConfigError(f"ratio: expected 'sequence' or 'token', got {self.ratio!r}")
+        if not 0 <= self.critic_warmup <= self.updates:
+            raise ConfigError(f"critic_warmup: must be in [0, updates={self.updates}], got {self.critic_warmup}")
         if len(self.value_head_widths) != 2:
             raise ConfigError(f"value_head_widths: expected two widths, got {self.value_head_widths}")
         _check_common(self)
