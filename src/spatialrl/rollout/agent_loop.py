@@ -28,6 +28,7 @@ import torch
 
 from spatialrl.conversation import SamplingParams
 from spatialrl.envs.registry import EpisodeSpec, TaskSuite
+from spatialrl.models.sampling import PrefixKV
 from spatialrl.rollout.core import Slot as CoreSlot
 from spatialrl.rollout.core import SlotPool
 from spatialrl.rollout.records import jsonable
@@ -83,10 +84,15 @@ class EnvPool:
     cv2 projection releases the GIL). Each slot works on its own answer and segment, so threads change no
     result. ``seconds`` adds up where a turn's time goes (``generate``; ``env``: env resets and steps;
     ``tokenize``: prompts, chat template and image processing) until :meth:`take_seconds`.
+
+    ``prefix_cache`` keeps each slot's KV cache across its turns (passed to ``sample`` as
+    ``prefix_cache=``), so a turn prefills only the tokens its answer and the env added, not the whole
+    conversation again; answers and log-probs are unchanged (``tests/models/test_prefix_cache.py``).
     """
 
     def __init__(self, suite: TaskSuite, options: dict[str, Any], turns: TurnTokenizer, n_slots: int,
-                 max_turns: int, max_tokens: int, env_threads: int = 1, *, sample: SampleFn):
+                 max_turns: int, max_tokens: int, env_threads: int = 1, *, sample: SampleFn,
+                 prefix_cache: bool = False):
         self.suite, self.options, self.turns, self.sample = suite, options, turns, sample
         self.max_turns, self.max_tokens = max_turns, max_tokens
         self.core: SlotPool[Slot] = SlotPool(suite, options, n_slots, max_turns, env_threads=env_threads,
@@ -94,6 +100,9 @@ class EnvPool:
         self.slots = self.core.slots
         self.seconds = {"generate": 0.0, "env": 0.0, "tokenize": 0.0}
         self._local = threading.local()
+        # Each live segment's KV cache between turns (``models/sampling.py`` ``PrefixKV``): the next turn
+        # prefills only its new tokens. Cleared by the store itself when the weights change.
+        self.prefix = PrefixKV() if prefix_cache else None
 
     def close(self) -> None:
         self.core.close()
@@ -156,6 +165,8 @@ class EnvPool:
         return self.core.active()
 
     def _finish(self, index: int) -> None:
+        if self.prefix is not None and self.slots[index].segment is not None:
+            self.prefix.drop(self.slots[index].segment)
         self.core.release(index)
         self.slots[index].segment = None
 
@@ -196,8 +207,10 @@ class EnvPool:
         def act(acting: list[Slot]) -> list[Sampled]:
             """The token act step: one sampling call for every acting slot's segment, then decode."""
             t0 = time.perf_counter()
+            extra = {"prefix_cache": self.prefix} if self.prefix is not None else {}
             samples = self.sample(model, self.turns, [s.segment for s in acting], sampling, generator,
-                                  max_batch_size=max_batch_size, vision_cache=vision_cache, kv_cache=kv_cache)
+                                  max_batch_size=max_batch_size, vision_cache=vision_cache, kv_cache=kv_cache,
+                                  **extra)
             self.seconds["generate"] += time.perf_counter() - t0
             tokenizer = self.turns.tokenizer
             return [Sampled(ids, logprobs, tokenizer.decode(ids, skip_special_tokens=True))
@@ -240,5 +253,7 @@ class EnvPool:
         turns = self._thread_turns()
         assert slot.segment is not None and slot.trajectory is not None
         if not turns.extend(slot.segment, ids, conversation):
+            if self.prefix is not None:
+                self.prefix.drop(slot.segment)
             slot.segment = turns.start(conversation)
             slot.trajectory.segments.append(slot.segment)

@@ -24,7 +24,7 @@ import torch
 from spatialrl.agents.base import SamplingParams
 from spatialrl.agents.vision_cache import VisionCache
 from spatialrl.models.family import banned_token_ids, eos_token_ids
-from spatialrl.models.sampling import generate_tokens
+from spatialrl.models.sampling import PrefixKV, generate_from_prefixes, generate_tokens
 from spatialrl.rollout.trajectory import Segment, TurnTokenizer
 
 STATIC_WIDTH_STEP = 256  # kv_cache="static": prompts are left-padded to a multiple of this many tokens
@@ -53,6 +53,7 @@ def sample_segments(
     max_batch_size: int | None = None,
     vision_cache: VisionCache | None = None,
     kv_cache: str = "dynamic",
+    prefix_cache: PrefixKV | None = None,
 ) -> list[tuple[list[int], list[float]]]:
     """Continue every segment with one sampled answer: ``[(token_ids, logprobs)]`` cut after the eos.
 
@@ -64,7 +65,12 @@ def sample_segments(
     the price of a compile per input shape. So shapes are kept few: every call is filled to
     ``max_batch_size`` rows, or without one to the next power of two (copies of its last segment, whose
     answers are dropped — they still draw from ``generator``), and left-padded to a multiple of
-    :data:`STATIC_WIDTH_STEP` tokens."""
+    :data:`STATIC_WIDTH_STEP` tokens.
+
+    ``prefix_cache`` (a :class:`~spatialrl.models.sampling.PrefixKV` the caller keeps across turns)
+    keeps every segment's KV cache after its answer, so the segment's next turn prefills only the tokens
+    added since (``models/sampling.py``: ``generate_from_prefixes``); the same tokens and log-probs as
+    without it, up to float rounding (``tests/models/test_prefix_cache.py``). Dynamic cache only."""
     if not segments:
         return []
     step = max_batch_size or len(segments)
@@ -75,9 +81,17 @@ def sample_segments(
     if kv_cache not in ("dynamic", "static"):
         raise ValueError(f"kv_cache must be 'dynamic' or 'static', not {kv_cache!r}")
     static = kv_cache == "static"
+    if prefix_cache is not None:
+        if static:
+            raise ValueError("prefix_cache needs kv_cache='dynamic' (a static cache is rebuilt per call)")
+        prefix_cache.check_weights(model)
     cache_kwargs = {"cache_implementation": "static"} if static else {}
     for lo in range(0, len(segments), step):
         chunk = segments[lo : lo + step]
+        if prefix_cache is not None:
+            out += _sample_from_prefixes(model, turns, chunk, sampling, generator, prefix_cache, vision_cache,
+                                         eos, banned)
+            continue
         fill = (max_batch_size or 1 << (len(chunk) - 1).bit_length()) if static else len(chunk)
         rows = chunk + [chunk[-1]] * (fill - len(chunk))
         longest = max(len(s) for s in rows)
@@ -87,6 +101,22 @@ def sample_segments(
         out += generate_tokens(model, inputs, sampling, generator, eos, banned, turns.pad_id,
                                keep_rows=len(chunk), **cache_kwargs)
     return out
+
+
+def _sample_from_prefixes(model: Any, turns: TurnTokenizer, chunk: list[Segment], sampling: SamplingParams,
+                          generator: torch.Generator | None, prefix_cache: PrefixKV, vision_cache: VisionCache | None,
+                          eos: list[int], banned: list[int]) -> list[tuple[list[int], list[float]]]:
+    """One chunk of :func:`sample_segments` through the segments' cached prefixes; stores the new caches."""
+    rows = [turns.collate([(s, len(s))]) for s in chunk]
+    batch = turns.collate([(s, len(s)) for s in chunk], padding_side="left")
+    cached = [prefix_cache.get(s) for s in chunk]
+    prefix_cache.reused_tokens += sum(n for _, n in cached)
+    prefix_cache.prefilled_tokens += sum(len(s) - n for s, (_, n) in zip(chunk, cached, strict=True))
+    answers, kept = generate_from_prefixes(model, rows, batch, cached, sampling, generator, eos, banned,
+                                           turns.pad_id, vision_cache=vision_cache)
+    for seg, (cache, n) in zip(chunk, kept, strict=True):
+        prefix_cache.put(seg, cache, n)
+    return answers
 
 
 @dataclass
