@@ -51,3 +51,21 @@ def test_both_trainers_with_two_processes(tmp_path, tiny_model_dir):
         assert updates[2]["charts/env_steps"] == 2 * 2 * per_process_steps  # summed over both processes
         assert (run / "final/model.safetensors").is_file()
         assert (run / "checkpoints/step-000002/trainer_state.json").is_file()
+
+
+@pytest.mark.slow
+def test_ppo_critic_warmup_with_two_processes(tmp_path, tiny_model_dir):
+    """Critic warm-up under DDP: every parameter still gets a gradient each backward (zeros for the
+    model; a parameter without one stalls DDP's reducer), and the model comes out unchanged."""
+    import torch
+    from safetensors.torch import load_file
+
+    run = tmp_path / "ppo"
+    result = launch("ppo", "configs/ppo/tiny_cpu.yaml", {
+        "model.path": str(tiny_model_dir), "task.name": "letters", "output_dir": str(run), "updates": 2,
+        "critic_warmup": 2, "checkpoint.every": 0, "sampling.max_new_tokens": 4, "task.options": {"letters": "e"},
+        "num_envs": 2, "num_steps": 4, "micro_batch_size": 2, "grad_accum": 2})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    before, after = load_file(str(tiny_model_dir / "model.safetensors")), load_file(str(run / "final/model.safetensors"))
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert read_updates(run)[2]["losses/value_loss"] > 0

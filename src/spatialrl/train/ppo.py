@@ -303,7 +303,9 @@ def optimise(cfg: PPOConfig, run: Run, flat: list[Sample], head: Any, turns: Tur
                                                     cfg.clip, cfg.ratio_guard, cfg.ratio)
                     action_loss = pg.mean()
                     value_loss = losses.clipped_value_loss(value, old_value, ret, cfg.value_clip).mean()
-                    loss = cfg.value_coef * value_loss + (0.0 if warmup else action_loss)
+                    # warm-up: L_π weighs 0 but stays in the graph, so DDP sees a gradient (zeros) for every
+                    # parameter; Adam's moments stay 0 and the model does not move (detached head input)
+                    loss = cfg.value_coef * value_loss + (0.0 if warmup else 1.0) * action_loss
                     if cfg.entropy_coef > 0 and not warmup:
                         loss = loss - cfg.entropy_coef * entropy.mean()
                     acc.backward(loss / len(group))  # the mean over the optimiser step's micro-batches
