@@ -121,7 +121,8 @@ class PPOConfig:
     )
     critic_warmup: int = field(default=0, metadata=_help(
         "Value-only updates at the start of the run: the value head learns the returns while the policy "
-        "is frozen (no policy loss, no gradient into the model). They count among `updates`."))
+        "is frozen (policy loss weighted 0, head input detached: the model's gradients are zeros). They "
+        "count among `updates`."))
     detach_critic: bool = field(default=False, metadata=_help(
         "Stop the value loss's gradient at the value head's input: the shared model learns from the "
         "policy loss only (the reference let both flow into it)."))
