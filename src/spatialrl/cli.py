@@ -53,6 +53,7 @@ app = typer.Typer(
 _MOUNTS = [
     ("spatialrl.eval.cli", "eval_command", "eval"),
     ("spatialrl.eval.cli", "report_command", "report"),
+    ("spatialrl.eval.findings", "app", "findings"),
     ("spatialrl.envs.tvr.cli", "app", "tvr"),
     ("spatialrl.envs.virl.cli", "app", "virl"),
     ("spatialrl.envs.gp.cli", "app", "gp"),
