@@ -54,33 +54,38 @@ class Clock:
 
         self.sampling, self.inner = sampling, sample_segments
         self.prefill = self.decode = 0.0
+        self.prefill_cpu = self.decode_cpu = 0.0  # process CPU seconds (all threads): steadier on a shared VM
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         stamps: list[float] = []
+        cpu: list[float] = []
         original = self.sampling.TokenSampler.__call__
 
         def stamped(sampler, input_ids, scores):
             if not stamps:
                 _sync()
                 stamps.append(time.perf_counter())
+                cpu.append(time.process_time())
             return original(sampler, input_ids, scores)
 
         self.sampling.TokenSampler.__call__ = stamped
         try:
             _sync()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             out = self.inner(*args, **kwargs)
             _sync()
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
         finally:
             self.sampling.TokenSampler.__call__ = original
         self.prefill += stamps[0] - t0
         self.decode += t1 - stamps[0]
+        self.prefill_cpu += cpu[0] - c0
+        self.decode_cpu += c1 - cpu[0]
         return out
 
-    def take(self) -> tuple[float, float]:
-        out = (self.prefill, self.decode)
-        self.prefill = self.decode = 0.0
+    def take(self) -> tuple[float, float, float, float]:
+        out = (self.prefill, self.decode, self.prefill_cpu, self.decode_cpu)
+        self.prefill = self.decode = self.prefill_cpu = self.decode_cpu = 0.0
         return out
 
 
@@ -102,6 +107,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=16, help="answer length (random models never stop)")
     ap.add_argument("--size", default="640x360", help="TVR frame size WxH")
     ap.add_argument("--device", default=None)
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (1: CPU seconds = work)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
@@ -115,6 +121,8 @@ def main() -> None:
     from spatialrl.rollout.agent_loop import EnvPool
     from spatialrl.rollout.trajectory import TurnTokenizer
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     policy = build_policy(args.model, device, new_tokens=0)
     model = policy.model.eval()
@@ -147,28 +155,32 @@ def main() -> None:
             pool.take_seconds()
             steps, _ = pool.turn(model, sampling, None, vision_cache=m["cache"])
             seconds = pool.take_seconds()
-            prefill, decode = m["clock"].take()
+            prefill, decode, prefill_cpu, decode_cpu = m["clock"].take()
             prefilled = pool.prefix.prefilled_tokens - before if pool.prefix is not None else sum(lengths)
             m["tokens"].append([answer(s) for s in steps])
             m["rows"].append({"turn": t, "prefix_cache": on, "slots": len(active),
                               "mean_prompt_tokens": sum(lengths) / len(lengths), "prefilled_tokens": prefilled,
-                              "prefill_s": prefill, "decode_s": decode, "generate_s": seconds["generate"]})
+                              "prefill_s": prefill, "decode_s": decode, "prefill_cpu_s": prefill_cpu,
+                              "decode_cpu_s": decode_cpu, "generate_s": seconds["generate"]})
     same = [[x[0] for x in a] == [x[0] for x in b] for a, b in zip(modes[False]["tokens"], modes[True]["tokens"],
                                                                      strict=False)]
     gaps = [max((abs(p - q) for x, y in zip(a, b, strict=False) if x[0] == y[0] for p, q in zip(x[1], y[1], strict=True)),
                 default=0.0) for a, b in zip(modes[False]["tokens"], modes[True]["tokens"], strict=False)]
     print(f"{args.model} on {device}, batch {len(specs)}, {args.max_new_tokens}-token answers, TVR VA {w}x{h}")
+    print("prefill / decode: CPU seconds of the process (all threads; wall seconds in the JSON) on a CPU, else wall")
+    key = "_cpu_s" if device == "cpu" else "_s"
     print(f"{'turn':>4} {'prompt tok':>10} | {'prefill s off':>13} {'on':>7} | {'decode s off':>12} {'on':>7} | "
           f"{'prefilled tok off':>17} {'on':>6} | same answers, max |dlogp|")
     for r0, r1, s, g in zip(modes[False]["rows"], modes[True]["rows"], same, gaps, strict=False):
-        print(f"{r0['turn']:>4} {r0['mean_prompt_tokens']:>10.0f} | {r0['prefill_s']:>13.3f} {r1['prefill_s']:>7.3f} | "
-              f"{r0['decode_s']:>12.3f} {r1['decode_s']:>7.3f} | {r0['prefilled_tokens']:>17} "
+        print(f"{r0['turn']:>4} {r0['mean_prompt_tokens']:>10.0f} | {r0['prefill' + key]:>13.3f} "
+              f"{r1['prefill' + key]:>7.3f} | {r0['decode' + key]:>12.3f} {r1['decode' + key]:>7.3f} | {r0['prefilled_tokens']:>17} "
               f"{r1['prefilled_tokens']:>6} | {s}, {g:.1e}")
-    totals = {str(on).lower(): {k: sum(r[k] for r in m["rows"]) for k in ("prefill_s", "decode_s", "generate_s",
-                                                                         "prefilled_tokens")}
+    totals = {str(on).lower(): {k: sum(r[k] for r in m["rows"]) for k in ("prefill_s", "decode_s", "prefill_cpu_s",
+                                                                         "decode_cpu_s", "generate_s", "prefilled_tokens")}
               for on, m in modes.items()}
     for on in ("false", "true"):
-        print(f"prefix_cache={on:<5}: prefill {totals[on]['prefill_s']:.2f} s, decode {totals[on]['decode_s']:.2f} s, "
+        print(f"prefix_cache={on:<5}: prefill {totals[on]['prefill_s']:.2f} s ({totals[on]['prefill_cpu_s']:.2f} CPU s), "
+              f"decode {totals[on]['decode_s']:.2f} s ({totals[on]['decode_cpu_s']:.2f} CPU s), "
               f"generate {totals[on]['generate_s']:.2f} s, {totals[on]['prefilled_tokens']} tokens prefilled")
     for m in modes.values():
         m["pool"].close()
@@ -181,7 +193,8 @@ def main() -> None:
               "device_name": torch.cuda.get_device_name() if device == "cuda" else None,
               "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "git_commit": git_commit(),
               "batch_size": len(specs), "turns": args.turns, "max_new_tokens": args.max_new_tokens,
-              "frame": [w, h], "memory": "va", "dtype": str(next(model.parameters()).dtype),
+              "frame": [w, h], "memory": "va", "torch_threads": torch.get_num_threads(),
+              "load_1m_end": os.getloadavg()[0], "dtype": str(next(model.parameters()).dtype),
               "same_answers_per_turn": same, "max_logprob_gap_per_turn": gaps, "totals": totals,
               "rows": modes[False]["rows"] + modes[True]["rows"]}
     out.write_text(json.dumps(result, indent=1) + "\n")

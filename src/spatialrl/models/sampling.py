@@ -159,8 +159,10 @@ class PrefixKV:
     tokens stays valid while the weights do). The weights' signature (each parameter's storage and
     in-place version, bumped by optimizer steps) is checked on every use and a change clears every
     entry, so PPO's episodes carried across an update re-prefill under the new weights. Memory: one
-    conversation's K/V per live slot (Llama-3.2-11B in bf16: 160 KiB per token; 32 slots of 4k tokens,
-    20 GiB)."""
+    conversation's K/V per live slot between turns (stacking and cutting move them layer by layer, so a
+    turn's peak is about one batch cache, as without reuse). Llama-3.2-11B in bf16: 128 KiB per text
+    token (32 self-attention layers) and 200 MiB per image (8 cross-attention layers x 4 tiles x 1601
+    patches, padded tiles included); 8 slots at 4k tokens and 30 images: 4 + 47 GiB."""
 
     def __init__(self) -> None:
         self._rows: dict[int, tuple[Any, Any, int]] = {}  # id(segment) -> (segment, cache, length)
@@ -267,7 +269,8 @@ def _prefill_row(model: Any, row: dict[str, torch.Tensor], start: int, end: int,
 def _stack_caches(model: Any, caches: list[Any], lengths: list[int], width: int) -> Any:
     """One batch cache from per-row caches: self-attention K/V left-padded with zeros to ``width``
     (masked by the attention mask), cross-attention K/V right-padded to the most image tokens (masked by
-    ``cross_attention_mask``, whose padded image slots are 0)."""
+    ``cross_attention_mask``, whose padded image slots are 0). The rows' tensors are released layer by
+    layer as they are copied (the row caches are spent)."""
     from transformers import DynamicCache
 
     out = DynamicCache(config=_inner(model).config)
@@ -293,6 +296,9 @@ def _stack_caches(model: Any, caches: list[Any], lengths: list[int], width: int)
                     pieces.append(t)
                 pieces.append(r.new_zeros([*shape, right, r.shape[-1]]))
                 parts.append(torch.cat(pieces, dim=-2))
+        for layer in layers:
+            if layer is not None:
+                layer.keys = layer.values = torch.empty(0)  # copied above: free it before the next layer
         out.update(torch.cat(keys), torch.cat(values), idx)
     return out
 
@@ -305,20 +311,24 @@ def _cross_length(model: Any, cache: Any) -> int:
     return 0
 
 
-def _row_cache(model: Any, batch: Any, row: int, lo: int, hi: int, image_tokens: int) -> Any:
-    """Row ``row``'s cache out of a batch cache: self-attention columns ``[lo, hi)``, cross-attention its
-    first ``image_tokens`` (copies, so the batch cache can be freed)."""
+def _split_cache(model: Any, batch: Any, spans: list[tuple[int, int, int]]) -> list[Any]:
+    """Per-row caches out of a batch cache: row ``b`` keeps self-attention columns ``[lo, hi)`` and its
+    first ``image_tokens`` cross-attention ones (``spans[b] = (lo, hi, image_tokens)``); copies, made
+    layer by layer with each batch layer freed once cut."""
     from transformers import DynamicCache
 
-    out = DynamicCache(config=_inner(model).config)
+    config = _inner(model).config
+    out = [DynamicCache(config=config) for _ in spans]
     cross = _cross_layers(model)
     for idx, layer in enumerate(batch.layers):
         if not layer.is_initialized or layer.keys is None or layer.keys.numel() == 0:
             continue
-        cols = slice(0, image_tokens) if idx in cross else slice(lo, hi)
-        if idx in cross and image_tokens == 0:
-            continue
-        out.update(layer.keys[row : row + 1, :, cols].clone(), layer.values[row : row + 1, :, cols].clone(), idx)
+        for b, (lo, hi, images) in enumerate(spans):
+            cols = slice(0, images) if idx in cross else slice(lo, hi)
+            if idx in cross and images == 0:
+                continue
+            out[b].update(layer.keys[b : b + 1, :, cols].clone(), layer.values[b : b + 1, :, cols].clone(), idx)
+        layer.keys = layer.values = torch.empty(0)
     return out
 
 
@@ -366,8 +376,7 @@ def generate_from_prefixes(
         _inner(model).model.rope_deltas = torch.cat(deltas).to(device)
     answers = generate_tokens(model, inputs, sampling, generator, eos_ids, banned, pad_id, row_seeds=row_seeds,
                               min_new_tokens=min_new_tokens, cache=stacked)
-    kept = []
-    for b, ((ids, _), n) in enumerate(zip(answers, lengths, strict=True)):
-        lo = width - 1 - n
-        kept.append((_row_cache(model, stacked, b, lo, lo + n + len(ids), images[b]), n + len(ids)))
-    return answers, kept
+    spans = [(width - 1 - n, width - 1 + len(ids), images[b]) for b, ((ids, _), n) in enumerate(zip(answers, lengths,
+                                                                                                   strict=True))]
+    kept = _split_cache(model, stacked, spans)
+    return answers, [(c, n + len(ids)) for c, n, (ids, _) in zip(kept, lengths, answers, strict=True)]

@@ -110,6 +110,8 @@ def _sample_from_prefixes(model: Any, turns: TurnTokenizer, chunk: list[Segment]
     rows = [turns.collate([(s, len(s))]) for s in chunk]
     batch = turns.collate([(s, len(s)) for s in chunk], padding_side="left")
     cached = [prefix_cache.get(s) for s in chunk]
+    for s in chunk:  # the caches are consumed (freed while stacked): none stays behind if this call fails
+        prefix_cache.drop(s)
     prefix_cache.reused_tokens += sum(n for _, n in cached)
     prefix_cache.prefilled_tokens += sum(len(s) - n for s, (_, n) in zip(chunk, cached, strict=True))
     answers, kept = generate_from_prefixes(model, rows, batch, cached, sampling, generator, eos, banned,
