@@ -1,8 +1,9 @@
-"""Does a TVR model use its images? The image-sensitivity probe of issue "Built-in agents".
+"""Does a model use its images? The image-sensitivity probe of issue 19 ("Built-in agents"), for TVR and
+V-IRL. Both read the model's distribution over a state's candidate answers by teacher forcing, then
+change one image of the last user turn and read it again.
 
-On held-out TVR states (the expert's, with some off-path noise) the model's distribution over the nine
-answers ``Action: X`` is read by teacher forcing (softmax over the candidates' summed log-probs), then
-the last user turn's *target* image is changed:
+TVR — on held-out states (the expert's, with some off-path noise) over the nine answers ``Action: X``
+(softmax over each answer's summed log-probs), the *target* image is changed:
 
 * ``target_swap_tv`` — mean total variation between the distribution with the state's own target and
   with another state's target: a model that matches views moves a lot (the issue asks ≥ 0.3); a model
@@ -12,11 +13,33 @@ the last user turn's *target* image is changed:
 
 The states come from ``spatialrl data sft`` machinery (same prompter and memory mode as evaluation), so
 the probe sees exactly what the agent sees in ``spatialrl eval``.
+
+V-IRL — on expert steps where the prompt text cannot decide the answer (:mod:`spatialrl.envs.virl.probe`:
+forward vs stop on the last segment; with ``intersection_in_text=false`` also forward vs turn at every
+intersection), the two candidates are the expert's full answer here and the one it would give had the
+point been the other kind. They share a prefix (``{"current observation": "``) and part from each other
+at one *decision token* (e.g. ``No`` vs ``The`` for forward vs the destination). The model is teacher
+forced on the expert answer and its next-token distribution at that position is read — the first place
+the answer depends on what the agent sees. (Whole-answer probabilities are no use here: two ~60-token
+answers differ by tens of nats, so any model puts ≈ 1 on one of them and a swap moves nothing.) Then the
+street-view grid is swapped for the grid of a step of the same segment where the other answer is right:
+
+* ``grid_swap_tv`` — mean total variation of P(the two decision tokens), renormalised over the two, with
+  the own grid vs the swapped one; a model that reads the grid moves, one that reads only the text cannot;
+* ``vocab_swap_tv`` — the same over the whole vocabulary at that position;
+* ``p_expert`` — mean P(expert's decision token) of the two, with the state's own grid (seeing: high);
+* ``p_expert_swapped`` — the same with the contrast grid (seeing: low; the other answer is right there);
+* ``by_kind`` — these per pair kind, e.g. ``forward|destination``, ``intersection|forward``.
+
+:data:`PROBES` is the one place that maps a task to its probe; ``spatialrl model probe`` takes the task
+from the model folder's ``spatialrl_model.json`` (``eval.task``) or ``--task``.
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +133,104 @@ def image_sensitivity(model: Any, processor: Any, states: list[list[dict]], seed
     return {"states": n, "target_swap_tv": float(0.5 * np.abs(base - swapped).sum(axis=1).mean()),
             "p_stop_at_target": float(at_target[:, STOP].mean()), "p_stop_elsewhere": float(base[:, STOP].mean()),
             "argmax_agreement_swap": float((base.argmax(1) == swapped.argmax(1)).mean())}
+
+
+# ------------------------------------------------------------------------------------------------ V-IRL
+
+
+@torch.no_grad()
+def decision_distributions(model: Any, processor: Any, conversations: list[list[dict]],
+                           candidates: list[tuple[str, str]]) -> tuple[np.ndarray, torch.Tensor]:
+    """For each conversation and its two candidate answers: the model's next-token distribution where the
+    answers first differ, teacher forced on the first answer. Returns the two decision tokens'
+    probabilities renormalised over the two, ``(n, 2)``, and the whole distribution, ``(n, vocab)``."""
+    from spatialrl.models.encode import IGNORE_INDEX, encode_conversations
+
+    model_type = model.config.model_type
+    device = next(model.parameters()).device
+
+    def answered(k: int) -> list[list[dict]]:
+        return [[*conv, {"role": "assistant", "content": [{"type": "text", "text": c[k]}]}]
+                for conv, c in zip(conversations, candidates, strict=True)]
+
+    # both answers are encoded to find where they part; only the first goes through the model
+    encoded = [encode_conversations(processor, answered(k), model_type=model_type) for k in (0, 1)]
+    positions, tokens = [], []
+    for row in range(len(conversations)):
+        where = [torch.nonzero(e["labels"][row] != IGNORE_INDEX).flatten() for e in encoded]
+        answer = [e["labels"][row, w] for e, w in zip(encoded, where, strict=True)]
+        common = min(len(answer[0]), len(answer[1]))
+        differ = torch.nonzero(answer[0][:common] != answer[1][:common]).flatten()
+        if len(differ) == 0:
+            raise DataError(f"probe state {row}: the two candidate answers tokenise alike up to {common} tokens")
+        j = int(differ[0])
+        positions.append(int(where[0][j]))
+        tokens.append([int(answer[0][j]), int(answer[1][j])])
+    batch = {k: v.to(device) for k, v in encoded[0].items() if k != "labels"}
+    logits = model(**batch, use_cache=False).logits
+    # the logits at position p - 1 predict the token at p (the prefix before p is the same in both answers)
+    rows = logits[torch.arange(len(positions), device=device), torch.tensor(positions, device=device) - 1].float()
+    logp = torch.log_softmax(rows, -1)
+    pair = torch.softmax(logp.gather(1, torch.tensor(tokens, device=device)), -1)
+    return pair.cpu().numpy(), logp.exp().cpu()
+
+
+def virl_image_sensitivity(model: Any, processor: Any, states: list[Any], batch_size: int = 8) -> dict[str, Any]:
+    """The V-IRL probe's numbers (module docstring) on :class:`~spatialrl.envs.virl.probe.ProbeState` s."""
+    from spatialrl.envs.virl.probe import with_grid
+
+    if len(states) < 1:
+        raise DataError("virl probe: no states where the text cannot decide (more episodes: --set episodes=N)")
+    own, swapped, vocab_tv = np.zeros((len(states), 2)), np.zeros((len(states), 2)), np.zeros(len(states))
+    for start in range(0, len(states), batch_size):
+        chunk = states[start:start + batch_size]
+        answers = [s.answers for s in chunk]
+        a, full_a = decision_distributions(model, processor, [s.conversation for s in chunk], answers)
+        b, full_b = decision_distributions(model, processor, [with_grid(s.conversation, s.contrast_image)
+                                                              for s in chunk], answers)
+        own[start:start + len(chunk)], swapped[start:start + len(chunk)] = a, b
+        vocab_tv[start:start + len(chunk)] = (0.5 * (full_a - full_b).abs().sum(-1)).numpy()
+
+    def row(idx: np.ndarray) -> dict[str, float]:
+        return {"states": int(len(idx)), "grid_swap_tv": float(0.5 * np.abs(own[idx] - swapped[idx]).sum(1).mean()),
+                "vocab_swap_tv": float(vocab_tv[idx].mean()),
+                "p_expert": float(own[idx, 0].mean()), "p_expert_swapped": float(swapped[idx, 0].mean()),
+                "argmax_agreement_swap": float((own[idx].argmax(1) == swapped[idx].argmax(1)).mean())}
+
+    kinds = np.array([s.kind for s in states])
+    return {**row(np.arange(len(states))), "by_kind": {k: row(np.flatnonzero(kinds == k)) for k in sorted(set(kinds))}}
+
+
+# ------------------------------------------------------------------------------------------- dispatch
+
+
+@dataclass(frozen=True)
+class Probe:
+    """How ``spatialrl model probe`` probes one task: ``run(model, processor, data, split, options, n, seed)``."""
+
+    default_split: str
+    run: Callable[..., dict[str, Any]]
+
+
+def _tvr(model: Any, processor: Any, data: str | Path, split: str, options: dict[str, Any], n: int,
+         seed: int) -> dict[str, Any]:
+    # the probe fixes the memory mode (AO: one current + target pair); only the image settings carry over
+    opts = {k: v for k, v in options.items() if k in ("width", "height", "badges")}
+    return image_sensitivity(model, processor, probe_states(data, split, opts, n, seed), seed)
+
+
+def _virl(model: Any, processor: Any, data: str | Path, split: str, options: dict[str, Any], n: int,
+          seed: int) -> dict[str, Any]:
+    from spatialrl.envs.virl.probe import probe_states as virl_states
+
+    states = virl_states({**options, "data": str(data), "split": split}, n, seed)
+    return virl_image_sensitivity(model, processor, states)
+
+
+PROBES: dict[str, Probe] = {"tvr": Probe("eval", _tvr), "virl": Probe("in-dist", _virl)}
+
+
+def probe_for(task: str) -> Probe:
+    if task not in PROBES:
+        raise DataError(f"image probe: no probe for task {task!r}; tasks with one: {sorted(PROBES)}")
+    return PROBES[task]

@@ -103,13 +103,24 @@ def _load(spec: str):
 
 @app.command("probe")
 def probe_command(
-    model: str = typer.Argument(..., help="builtin:NAME or hf:PATH of a TVR model."),
-    data: Path = typer.Option(..., help="TVR bench folder (use a split the model never trained on)."),
-    split: str = typer.Option("eval", help="Bench split the probe states come from."),
+    model: str = typer.Argument(..., help="builtin:NAME or hf:PATH of a TVR or V-IRL model."),
+    data: Path = typer.Option(..., help="TVR bench folder or V-IRL dataset folder (use episodes the model "
+                                        "never trained on)."),
+    task: str | None = typer.Option(None, help="tvr | virl (default: the task in the model folder's "
+                                               "spatialrl_model.json)."),
+    split: str | None = typer.Option(None, help="Split the probe states come from (default: eval for TVR, "
+                                                "in-dist for V-IRL)."),
     states: int = typer.Option(200, help="Held-out states probed."),
-    seed: int = typer.Option(0, help="Seed of the state sample and of the target swaps."),
+    seed: int = typer.Option(0, help="Seed of the state sample and of the image swaps."),
+    set_: list[str] | None = typer.Option(None, "--set", help="Task option KEY=VALUE over the model's recorded "
+                                                             "ones, e.g. intersection_in_text=false, grid_size=448."),
 ) -> None:
-    """Image sensitivity of a TVR model: does swapping the target image move its answer distribution?"""
+    """Image sensitivity: does swapping an image move the model's answer distribution?
+
+    TVR: the target image of held-out states is swapped with another state's. V-IRL: the street-view
+    grid at steps where the text cannot decide (forward vs stop; with intersection_in_text=false also
+    forward vs turn) is swapped with the grid of a step whose answer differs. Prints JSON.
+    """
     import json
 
     import torch
@@ -117,16 +128,22 @@ def probe_command(
     from spatialrl.errors import SpatialRLError
 
     try:
-        from spatialrl.eval.image_probe import image_sensitivity, probe_states
+        from spatialrl.eval.image_probe import probe_for
         from spatialrl.models.builtin import model_eval_settings
+        from spatialrl.overrides import parse_sets
 
-        settings = model_eval_settings(model) or {"options": {}}
-        options = {k: v for k, v in settings.get("options", {}).items() if k in ("width", "height", "badges")}
+        settings = model_eval_settings(model) or {}
+        task = task or settings.get("task")
+        if task is None:
+            raise typer.BadParameter("the model folder records no task (spatialrl_model.json → eval.task); "
+                                     "name it with --task tvr|virl", param_hint="--task")
+        probe = probe_for(task)
+        options = {**settings.get("options", {}), **parse_sets(set_)}
         net, processor, _ = _load(model)
         net.eval()
         with torch.no_grad():
-            result = image_sensitivity(net, processor, probe_states(data, split, options, states, seed), seed)
-        typer.echo(json.dumps(result, indent=2))
+            result = probe.run(net, processor, data, split or probe.default_split, options, states, seed)
+        typer.echo(json.dumps({"task": task, **result}, indent=2))
     except SpatialRLError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
