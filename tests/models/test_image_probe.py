@@ -92,7 +92,7 @@ def test_the_virl_probe_moves_a_random_model_and_not_a_blinded_one(city):
     assert blind["states"] == 6 and sum(row["states"] for row in blind["by_kind"].values()) == 6
 
 
-def test_model_probe_command_dispatches_by_task(city, tmp_path):
+def test_model_probe_command_dispatches_by_task(city, bench):
     import json
 
     from typer.testing import CliRunner
@@ -110,6 +110,11 @@ def test_model_probe_command_dispatches_by_task(city, tmp_path):
     assert res.exit_code == 2 and "--task" in res.output
     res = CliRunner().invoke(app, [*args, "--task", "gp"])
     assert res.exit_code == 2 and "no probe for task 'gp'" in res.output
+    res = CliRunner().invoke(app, ["model", "probe", "builtin:tiny-random", "--task", "tvr", "--data", str(bench),
+                                   "--states", "2", "--set", "width=112", "--set", "height=64"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output[res.output.index("{"):])
+    assert out["task"] == "tvr" and out["states"] == 2 and "target_swap_tv" in out
 
 
 @pytest.mark.slow
