@@ -161,19 +161,27 @@ def test_training_time_chains_resumes_and_leaves_eval_time_out(tmp_path):
         {"step": 2, "time": 50.0, "eval/visual-ood/success_rate": 0.25},  # 30 s of eval
         {"step": 1, "time": 0.0, "setup/processes": 2},  # resumed: the clock restarts
         {"step": 2, "time": 12.0, "train/lr": 1.0, "charts/env_steps": 32},
-        {"step": 3, "time": 22.0, "train/lr": 1.0, "charts/env_steps": 48},
-        {"step": 3, "time": 62.0, "eval/visual-ood/success_rate": 0.5},  # 40 s of eval + final save
+        {"step": 2, "time": 30.0, "eval/visual-ood/success_rate": 0.3},  # the redone update's eval, 18 s
+        {"step": 3, "time": 40.0, "train/lr": 1.0, "charts/env_steps": 48},
+        {"step": 3, "time": 80.0, "eval/visual-ood/success_rate": 0.5},  # 40 s of eval + final save
     ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     tl = train_timeline(run)
-    assert tl.train_seconds == pytest.approx([0, 10, 20, 20, 20, 32, 42, 42])
-    assert tl.samples == [0, 16, 32, 32, 16, 32, 48, 48] and tl.processes == 2 and tl.trainer == "ppo"
+    assert tl.train_seconds == pytest.approx([0, 10, 20, 20, 20, 32, 32, 42, 42])
+    assert tl.samples == [0, 16, 32, 32, 16, 32, 32, 48, 48] and tl.processes == 2 and tl.trainer == "ppo"
     assert any("resumed 1 time" in n for n in tl.notes)
-    from spatialrl.eval.findings import train_compute
+    from spatialrl.eval.findings import Arm, SeedRuns, arm_curve, train_compute
 
     compute = train_compute(run)
     assert (compute["train_seconds"], compute["gpu_seconds"], compute["samples"]) == (42, 84, 48)
     assert compute["samples_kind"] == "env_steps"
+    # the curve: the redone update's eval replaces the first one; no eval folders, so a band over seeds
+    arm = Arm("ppo", "PPO", [SeedRuns(str(k), run, [], f"seeds.{k}") for k in range(3)])
+    boot = {"resamples": 200, "level": 0.95, "seed": 0}
+    curve = arm_curve(arm, "eval/visual-ood/success_rate", "gpu_seconds", boot)
+    assert curve == {"x": [64.0, 84.0], "mean": [0.3, 0.5], "low": [0.3, 0.5], "high": [0.3, 0.5],
+                     "seeds": [3.0, 3.0], "band": ["seeds", "seeds"]}
+    assert arm_curve(arm, "eval/visual-ood/success_rate", "samples", boot)["x"] == [32.0, 48.0]
 
 
 # ------------------------------------------------------------------------------------------ end to end
@@ -271,8 +279,16 @@ def test_collect_table_and_curves_on_real_tvr_runs(tvr_world, tmp_path):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     from spatialrl.eval.findings import arm_curve
 
-    curve = arm_curve(load_spec(spec).experiments[0].arms[2], key, "samples", {"resamples": 200, "level": 0.95, "seed": 0})
+    sft_arm, boot = load_spec(spec).experiments[0].arms[2], {"resamples": 200, "level": 0.95, "seed": 0}
+    curve = arm_curve(sft_arm, key, "samples", boot)
     assert curve is not None and curve["x"] == [2.0, 4.0] and curve["seeds"] == [3.0, 3.0]  # after updates 1, 2
+    # the trainers keep each closed-loop eval's folder: the band is over seeds and episodes, and the mean
+    # is the logged success rate's
+    assert curve["band"] == ["seeds+episodes"] * 2
+    logged = [np.mean([r[key] for r in read_jsonl(root / f"sft-s{s}" / "metrics.jsonl") if r["step"] == step and key in r])
+              for step in (1, 2) for s in range(3)]
+    assert curve["mean"] == pytest.approx([np.mean(logged[:3]), np.mean(logged[3:])])
+    assert arm_curve(sft_arm, "train/loss", "samples", boot)["band"] == ["seeds", "seeds"]  # no episodes behind it
     missing = CliRunner().invoke(app, ["findings", "curves", "--spec", str(spec), "--key", "eval/nope/x",
                                        "--out", str(tmp_path / "n.png")])
     assert missing.exit_code == 2 and "no training run logs 'eval/nope/x'" in " ".join(missing.output.split())

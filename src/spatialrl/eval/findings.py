@@ -540,16 +540,42 @@ def findings_table(doc: dict[str, Any], experiment: str | None = None, digits: i
 
 
 # ------------------------------------------------------------------------------------------ curves
-def arm_curve(arm: Arm, key: str, x: str, bootstrap: dict[str, Any]) -> dict[str, list[float]] | None:
-    """``{x, mean, low, high, seeds}`` per logged update of ``key``: x averaged over the arm's seeds, the
-    metric's mean and band (bootstrap over seeds) among the seeds that logged it then; None without runs."""
-    per_step: dict[int, list[tuple[float, float]]] = {}
+# The closed-loop eval keys whose per-episode field is known, for the curves' hierarchical band.
+EPISODE_FIELDS = {"success_rate": "success"}
+
+
+def step_outcomes(run: Path, step: int, key: str) -> list[float] | None:
+    """The per-episode outcomes behind a logged ``eval/<category>/<metric>`` at ``step``: the closed-loop
+    eval folder ``OUTPUT/eval/step-NNNNNN`` the trainers keep; None where it or the field is not there."""
+    parts = key.split("/")
+    if len(parts) != 3 or parts[0] != "eval" or parts[2] not in EPISODE_FIELDS:
+        return None
+    folder = run / "eval" / f"step-{step:06d}"
+    if not (folder / "episodes.jsonl").is_file():
+        return None
+    try:
+        by_cat = episode_outcomes(folder, EPISODE_FIELDS[parts[2]], str(folder))
+    except DataError:
+        return None
+    if parts[1] == "overall":
+        return [v for eps in by_cat.values() for v in eps.values()] or None
+    return list(by_cat.get(parts[1], {}).values()) or None
+
+
+def arm_curve(arm: Arm, key: str, x: str, bootstrap: dict[str, Any]) -> dict[str, list[Any]] | None:
+    """``{x, mean, low, high, seeds, band}`` per logged update of ``key``: x averaged over the arm's seeds,
+    the metric's mean over the seeds that logged it then, and its band: the hierarchical bootstrap over
+    seeds and episodes when every seed's eval folder of that update is there and the key is a success rate
+    (``band`` "seeds+episodes"), else a bootstrap over the seeds' logged values ("seeds"). None without
+    training runs."""
+    per_step: dict[int, list[tuple[float, float, list[float] | None]]] = {}
     runs = [sr for sr in arm.seeds if sr.train is not None]
     if not runs:
         return None
     for sr in runs:
         assert sr.train is not None
         tl = train_timeline(sr.train)
+        mine: dict[int, tuple[float, float]] = {}  # a resumed run logs a redone update again: keep the last
         for i, r in enumerate(tl.records):
             v = r.get(key)
             if not isinstance(v, int | float) or isinstance(v, bool):
@@ -562,12 +588,22 @@ def arm_curve(arm: Arm, key: str, x: str, bootstrap: dict[str, Any]) -> dict[str
                 at = tl.samples[i]
                 if at is None:
                     raise DataError(f"{sr.train}: samples not recorded ({'; '.join(tl.notes)}); use --x gpu_seconds")
-            per_step.setdefault(r["step"], []).append((float(at), float(v)))
-    out: dict[str, list[float]] = {"x": [], "mean": [], "low": [], "high": [], "seeds": []}
+            mine[r["step"]] = (float(at), float(v))
+        for step, (at, v) in mine.items():
+            per_step.setdefault(step, []).append((at, v, step_outcomes(sr.train, step, key)))
+    out: dict[str, list[Any]] = {"x": [], "mean": [], "low": [], "high": [], "seeds": [], "band": []}
+    b = bootstrap
     for step in sorted(per_step):
-        xs, ys = np.array(per_step[step]).T
-        mean, low, high = seed_bootstrap(ys, bootstrap["resamples"], bootstrap["level"], bootstrap["seed"])
-        for k, v in zip(out, (float(xs.mean()), mean, low, high, float(ys.size)), strict=True):
+        points = per_step[step]
+        xs = np.array([p[0] for p in points])
+        groups = [p[2] for p in points]
+        if all(g is not None for g in groups):
+            mean, low, high = hierarchical_bootstrap(groups, b["resamples"], b["level"], b["seed"])  # type: ignore[arg-type]
+            band = "seeds+episodes"
+        else:
+            mean, low, high = seed_bootstrap(np.array([p[1] for p in points]), b["resamples"], b["level"], b["seed"])
+            band = "seeds"
+        for k, v in zip(out, (float(xs.mean()), mean, low, high, float(len(points)), band), strict=True):
             out[k].append(v)
     return out
 
@@ -607,7 +643,7 @@ def plot_findings_curves(spec: Spec, key: str, x: str, out: str | Path, experime
     ax.set_ylabel(key)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title(title or f"{key}: mean over seeds, {100 * spec.bootstrap['level']:.0f}% band over seeds", fontsize=9)
+    ax.set_title(title or f"{key}: mean over seeds, {100 * spec.bootstrap['level']:.0f}% bootstrap band", fontsize=9)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=120)
