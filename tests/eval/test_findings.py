@@ -116,6 +116,22 @@ def test_overall_pools_a_seeds_categories(tmp_path):
     assert findings_table(doc).splitlines()[2].endswith("| multi-hard | single-easy | overall | GPU-s / seed | samples / seed |")
 
 
+def test_table_states_how_closely_the_trained_arms_compute_matches():
+    def item(arm: str, gpu: float | None, samples: float | None) -> dict:
+        return {"experiment": "e", "arm": arm, "label": arm.upper(), "split": "in-dist", "metric": "success",
+                "mean": 0.5, "ci_low": 0.4, "ci_high": 0.6, "seeds": 3, "episodes": 600,
+                "gpu_seconds_mean": gpu, "samples_mean": samples}
+
+    doc = {"format": "spatialrl-findings/1", "bootstrap": {"level": 0.95},
+           "summary": [item("init", None, None), item("sft", 1000.0, 4096.0), item("ppo", 1200.0, 4096.0)]}
+    text = findings_table(doc)
+    assert "| SFT | 50.0 [40.0, 60.0] (3 seeds, 600 episodes) | 1000 | 4096 |" in text
+    assert ("Training compute across trained arms: GPU-seconds per seed 1000 (SFT) to 1200 (PPO), ×1.20; "
+            "samples per seed equal (4096).") in text
+    with pytest.raises(DataError, match="--experiment 'x': not in the findings file"):
+        findings_table(doc, experiment="x")
+
+
 def test_bootstrap_is_deterministic_by_seed_and_handles_unequal_counts():
     groups = [np.array([1, 0, 1, 1]), np.array([0, 0, 1]), np.array([1] * 9 + [0])]
     a = hierarchical_bootstrap(groups, 2000, 0.95, seed=7)

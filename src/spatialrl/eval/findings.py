@@ -535,8 +535,30 @@ def findings_table(doc: dict[str, Any], experiment: str | None = None, digits: i
             gpu, samples = first.get("gpu_seconds_mean"), first.get("samples_mean")
             out.append(f"| {label} | " + " | ".join(cells) + f" | {'–' if gpu is None else f'{gpu:.0f}'} | "
                        f"{'–' if samples is None else f'{samples:.0f}'} |")
+        out.append(_compute_match(items))
         out.append("")
     return "\n".join(out)
+
+
+def _compute_match(items: list[dict[str, Any]]) -> str:
+    """One line stating how closely the trained arms' compute matches (the comparisons are at matched
+    compute; a reader should see the ratio rather than assume it)."""
+    arms: dict[str, dict[str, Any]] = {}
+    for s in items:
+        arms.setdefault(s["label"], s)
+    parts = []
+    for key, what in (("gpu_seconds_mean", "GPU-seconds"), ("samples_mean", "samples")):
+        known = {label: s[key] for label, s in arms.items() if isinstance(s.get(key), int | float)}
+        if len(known) >= 2 and min(known.values()) > 0:
+            lo, hi = min(known, key=known.get), max(known, key=known.get)  # type: ignore[arg-type]
+            if known[lo] == known[hi]:
+                parts.append(f"{what} per seed equal ({known[lo]:.0f})")
+                continue
+            parts.append(f"{what} per seed {known[lo]:.0f} ({lo}) to {known[hi]:.0f} ({hi}), "
+                         f"×{known[hi] / known[lo]:.2f}")
+    if not parts:
+        return "\nTraining compute: fewer than two trained arms record it; no match to state.\n"
+    return "\nTraining compute across trained arms: " + "; ".join(parts) + ".\n"
 
 
 # ------------------------------------------------------------------------------------------ curves
