@@ -38,9 +38,11 @@ def write_eval_run(folder: Path, outcomes: dict[str, list[bool]], task: str = "t
     return folder
 
 
-def write_spec(path: Path, arms: dict[str, dict[str, dict]], overall: bool = False, **top) -> Path:
+def write_spec(path: Path, arms: dict[str, dict[str, dict]], overall: bool = False, min_episodes: int = 0,
+               **top) -> Path:
     """A findings spec with one experiment ``exp`` of ``arms``: {arm: {seed: {train?, eval}}}."""
-    spec = {**top, "experiments": {"exp": {"overall": overall, "arms": {a: {"seeds": s} for a, s in arms.items()}}}}
+    spec = {**top, "experiments": {"exp": {"overall": overall, "min_episodes": min_episodes,
+                                           "arms": {a: {"seeds": s} for a, s in arms.items()}}}}
     path.write_text(yaml.safe_dump(spec))
     return path
 
@@ -154,6 +156,11 @@ def test_fewer_than_three_seeds_and_bad_fields_are_refused_with_file_and_field(t
     assert result.exit_code == 2 and "experiments.exp.arms.a.seeds" in result.output
 
     seeds = synthetic_arm(tmp_path / "three", [0.5] * 3, 10, rng)
+    small = write_spec(tmp_path / "small.yaml", {"a": seeds}, min_episodes=11)
+    with pytest.raises(DataError, match=r"small\.yaml: experiments\.exp\.arms\.a\.seeds\.0\.eval: 10 finished "
+                                        r"episode\(s\) of 'in-dist' .* below experiments\.exp\.min_episodes 11"):
+        collect(load_spec(small))
+    assert len(collect(load_spec(small), allow_fewer_episodes=True)["rows"]) == 3
     seeds["2"]["eval"] = str(tmp_path)  # not a run folder
     with pytest.raises(DataError, match=r"bad\.yaml: experiments\.exp\.arms\.a\.seeds\.2\.eval: .* not an eval run"):
         collect(load_spec(write_spec(tmp_path / "bad.yaml", {"a": seeds})))
@@ -366,6 +373,6 @@ def test_collect_on_real_virl_runs_per_split(tmp_path):
 
 def test_the_template_spec_is_valid():
     spec = load_spec(Path(__file__).resolve().parents[2] / "configs" / "findings" / "example.yaml")
-    assert [e.name for e in spec.experiments] == ["virl-sft-vs-ppo", "tvr-sft-grpo"]
+    assert [(e.name, e.min_episodes) for e in spec.experiments] == [("virl-sft-vs-ppo", 200), ("tvr-sft-grpo", 50)]
     assert all(len(arm.seeds) >= 3 for e in spec.experiments for arm in e.arms)
     assert spec.root == Path(__file__).resolve().parents[2] and spec.bootstrap["resamples"] == 10000

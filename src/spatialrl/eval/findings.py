@@ -59,6 +59,7 @@ class Experiment:
     metric: str
     overall: bool
     arms: list[Arm]
+    min_episodes: int = 0  # per seed and split (the standard: V-IRL 200 per split, TVR 50 per category)
 
 
 @dataclass
@@ -125,9 +126,10 @@ def load_spec(path: str | Path, allow_fewer_seeds: bool = False) -> Spec:
         ew = f"experiments.{ename}"
         if not isinstance(exp, dict) or not isinstance(exp.get("arms"), dict) or not exp["arms"]:
             raise bad(f"{ew}.arms", "a non-empty mapping of arm name → {seeds: ...}", (exp or {}).get("arms"))
-        unknown = sorted(set(exp) - {"arms", "metric", "overall", "description"})
+        unknown = sorted(set(exp) - {"arms", "metric", "overall", "min_episodes", "description"})
         if unknown:
-            raise DataError(f"{path}: {ew}: unknown field(s) {unknown}; known: arms, metric, overall, description")
+            raise DataError(f"{path}: {ew}: unknown field(s) {unknown}; known: arms, metric, overall, min_episodes, "
+                            "description")
         arms = []
         for aname, arm in exp["arms"].items():
             aw = f"{ew}.arms.{aname}"
@@ -154,7 +156,10 @@ def load_spec(path: str | Path, allow_fewer_seeds: bool = False) -> Spec:
         metric = exp.get("metric", "success")
         if not isinstance(metric, str):
             raise bad(f"{ew}.metric", "an episodes.jsonl field name", metric)
-        experiments.append(Experiment(str(ename), metric, bool(exp.get("overall", False)), arms))
+        min_episodes = exp.get("min_episodes", 0)
+        if isinstance(min_episodes, bool) or not isinstance(min_episodes, int) or min_episodes < 0:
+            raise bad(f"{ew}.min_episodes", "an integer >= 0", min_episodes)
+        experiments.append(Experiment(str(ename), metric, bool(exp.get("overall", False)), arms, min_episodes))
     return Spec(path, experiments, boot, root)
 
 
@@ -440,9 +445,10 @@ def seed_bootstrap(values: np.ndarray, resamples: int, level: float, seed: int) 
 
 
 # ------------------------------------------------------------------------------------------ collect
-def collect(spec: Spec, check_overlap: bool = True) -> dict[str, Any]:
+def collect(spec: Spec, check_overlap: bool = True, allow_fewer_episodes: bool = False) -> dict[str, Any]:
     """The ``findings.json`` document of a spec: ``rows`` (per experiment, arm, seed, split) and ``summary``
-    (per experiment, arm, split: mean and CI over seeds and episodes)."""
+    (per experiment, arm, split: mean and CI over seeds and episodes). A seed's split with fewer finished
+    episodes than the experiment's ``min_episodes`` is refused unless ``allow_fewer_episodes``."""
     rows: list[dict[str, Any]] = []
     summary: list[dict[str, Any]] = []
     cache: dict[str, Any] = {}
@@ -473,6 +479,10 @@ def collect(spec: Spec, check_overlap: bool = True) -> dict[str, Any]:
                 for split in sorted(outcomes):
                     eps = outcomes[split]
                     values = [eps[i] for i in sorted(eps)]
+                    if len(values) < exp.min_episodes and not allow_fewer_episodes:
+                        raise DataError(f"{spec.path}: {sr.where}.eval: {len(values)} finished episode(s) of "
+                                        f"{split!r} in {sources[split]}, below experiments.{exp.name}.min_episodes "
+                                        f"{exp.min_episodes} (pass --allow-fewer-episodes for a rehearsal)")
                     rows.append({"experiment": exp.name, "arm": arm.name, "label": arm.label, "seed": sr.seed,
                                  "split": split, "metric": exp.metric, "episodes": len(values),
                                  "success": float(np.mean(values)) if values else None,
@@ -695,12 +705,15 @@ def collect_command(
     out: Annotated[Path, typer.Option(help="findings.json to write.")] = Path("docs/results/findings/findings.json"),
     allow_fewer_seeds: Annotated[bool, typer.Option("--allow-fewer-seeds",
                                                     help=f"Accept arms with < {MIN_SEEDS} seeds (rehearsals).")] = False,
+    allow_fewer_episodes: Annotated[bool, typer.Option("--allow-fewer-episodes", help=(
+        "Accept splits with fewer episodes than the experiment's min_episodes (rehearsals)."))] = False,
     check_unseen_: Annotated[bool, typer.Option("--check-unseen/--no-check-unseen", help=(
         "Refuse eval runs holding episodes the training run learnt from (needs the task data on this machine)."))] = True,
 ) -> None:
     """One row per (experiment, arm, seed, split) with episodes, success and compute; CIs per arm × split."""
     try:
-        doc = collect(load_spec(spec, allow_fewer_seeds), check_overlap=check_unseen_)
+        doc = collect(load_spec(spec, allow_fewer_seeds), check_overlap=check_unseen_,
+                      allow_fewer_episodes=allow_fewer_episodes)
         atomic_write_json(out, doc)
         unchecked = sorted({(r["experiment"], r["arm"], r["seed"], r["unseen_check"]) for r in doc["rows"]
                             if r["unseen_check"].startswith("not checked")})
