@@ -11,6 +11,11 @@
 # The first command stops its training at TRAIN_END_S by SIGTERM, which pauses each run with a
 # checkpoint (train/run.py); the second resumes them until the budget ends and packs the weights.
 # Without TOTAL_MIN, STAGE=train trains to the end within the one command (STAGE=all: and evaluates).
+# ARMS picks the models trained side by side (default: the three shipped ones); with candidate recipes
+# for the TVR action-only model (ARMS="virl-sft tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre": every
+# optimal action as a label; visual pretraining pairs mixed in), STAGE=eval scores each on a validation
+# bench (seed 1) and writes eval/selection.json: the arm to ship as tvr-ao-sft, chosen without the test
+# bench (seed 0), whose results are reported for every arm.
 #   SMOKE=1 OUT=/tmp/smoke bash scripts/gpu/train_builtin.sh        # CPU rehearsal of both stages (tiny)
 # (the GPU machine needs .whl and .gl carried: bash scripts/gpu/bundle.sh once, here)
 #
@@ -41,7 +46,7 @@ mkdir -p "$LOGS" "$WORK/data" "$WORK/runs" "$WORK/eval" "$WORK/weights"
 source "$ROOT/scripts/gpu/lib.sh"
 rmdir "$OUT/logs" 2>/dev/null
 pack_logs() {
-  for n in virl-sft tvr-ao-sft tvr-va-sft; do
+  for n in $ARMS; do
     [ -f "$WORK/runs/$n/metrics.jsonl" ] && cp "$WORK/runs/$n/metrics.jsonl" "$LOGS/metrics-$n.jsonl"
   done
   tar -czf "$OUT/logs.tar.gz" -C "$WORK" logs 2>/dev/null
@@ -51,19 +56,41 @@ trap pack_logs EXIT
 if [ "$SMOKE" = 1 ]; then
   NCITY=${NCITY:-2}; CITY_ROUTES=${CITY_ROUTES:-4}; VIRL_EPISODES=${VIRL_EPISODES:-4}; NBENCH=${NBENCH:-2}
   TVR_SFT=${TVR_SFT:-4}; TVR_SCENES=${TVR_SCENES:-1}; TRAIN_END_S=${TRAIN_END_S:-100000}; BUDGET_MIN=${BUDGET_MIN:-0.2}
-  EVAL_TVR=${EVAL_TVR:-4}; EVAL_VIRL=${EVAL_VIRL:-2}; EVAL_ROUTES=${EVAL_ROUTES:-4}; W=112; H=64; GRID=112
+  EVAL_TVR=${EVAL_TVR:-4}; VAL_TVR=${VAL_TVR:-4}; EVAL_VIRL=${EVAL_VIRL:-2}; EVAL_ROUTES=${EVAL_ROUTES:-4}; W=112; H=64; GRID=112
   TRAIN_EXTRA=(--model.path=preset:tiny "--model.preset_overrides={}" --data.num_workers=0 --logging.every=1)
   BS_VIRL=2; BS_AO=4; BS_VA=2; PROBE_STATES=${PROBE_STATES:-8}
   VECTOR_BENCH_ARGS=${VECTOR_BENCH_ARGS:---sizes 112x64 --num-envs 4 --steps 16 --repeats 1 --scenes 1}
 else
   NCITY=${NCITY:-8}; CITY_ROUTES=${CITY_ROUTES:-200}; VIRL_EPISODES=${VIRL_EPISODES:-600}; NBENCH=${NBENCH:-8}
   TVR_SFT=${TVR_SFT:-600}; TVR_SCENES=${TVR_SCENES:-40}; TRAIN_END_S=${TRAIN_END_S:-560}; BUDGET_MIN=${BUDGET_MIN:-7}
-  EVAL_TVR=${EVAL_TVR:-200}; EVAL_VIRL=${EVAL_VIRL:-120}; EVAL_ROUTES=${EVAL_ROUTES:-150}; W=280; H=168; GRID=224
-  TRAIN_EXTRA=(--data.num_workers=5 --logging.every=50)
+  EVAL_TVR=${EVAL_TVR:-200}; VAL_TVR=${VAL_TVR:-100}; EVAL_VIRL=${EVAL_VIRL:-120}; EVAL_ROUTES=${EVAL_ROUTES:-150}; W=280; H=168; GRID=224
   BS_VIRL=64; BS_AO=128; BS_VA=8; PROBE_STATES=${PROBE_STATES:-200}
   VECTOR_BENCH_ARGS=${VECTOR_BENCH_ARGS:---sizes 640x360 280x168 --num-envs 256 1024 --steps 4096 --repeats 1}
 fi
 EXPERT_NOISE=${EXPERT_NOISE:-0.3}
+PRE_PAIRS=${PRE_PAIRS:-$([ "$SMOKE" = 1 ] && echo 16 || echo 4000)}  # visual pretraining pairs per bench
+# Arms: the models trained side by side. The three shipped ones by default; candidate recipes for the TVR
+# action-only model can join (ARMS="... tvr-ao-allopt tvr-ao-pre"), and STAGE=eval then picks the one
+# shipped as tvr-ao-sft by success on a *validation* bench (seed 1), never on the test bench (seed 0).
+ARMS=${ARMS:-virl-sft tvr-ao-sft tvr-va-sft}
+arm() {  # name → "recipe batch-size task memory kind...": kinds are the shard prefixes merged into its data
+  case $1 in
+    virl-sft) echo "virl_small.yaml $BS_VIRL virl - virl" ;;
+    tvr-ao-sft) echo "tvr_ao_small.yaml $BS_AO tvr ao ao" ;;          # noisy expert, look-first labels
+    tvr-va-sft) echo "tvr_va_small.yaml $BS_VA tvr va va" ;;
+    tvr-ao-allopt) echo "tvr_ao_small.yaml $BS_AO tvr ao aoall" ;;    # every optimal action as a label
+    tvr-ao-pre) echo "tvr_ao_small.yaml $BS_AO tvr ao ao pre" ;;      # + visual pretraining pairs mixed in
+    *) echo "unknown arm $1 (virl-sft tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre)" >&2; return 1 ;;
+  esac
+}
+for a in $ARMS; do arm "$a" > /dev/null || exit 2; done
+needs() {  # kind: does any arm train on shards of that kind?
+  local a k
+  for a in $ARMS; do for k in $(arm "$a" | cut -d' ' -f5-); do [ "$k" = "$1" ] && return 0; done; done
+  return 1
+}
+N_ARMS=$(wc -w <<< "$ARMS")
+[ "$SMOKE" = 1 ] || TRAIN_EXTRA=(--data.num_workers=$(( 15 / N_ARMS > 0 ? 15 / N_ARMS : 1 )) --logging.every=50)
 stamp "stage=$STAGE smoke=$SMOKE work=$WORK"
 machine_line >> "$OUT/timeline.txt" 2>&1
 if [ "$STAGE" != resume ] && [ "$STAGE" != fit ]; then  # EGL renders, batch frames == single ones (seconds)
@@ -86,14 +113,23 @@ tvr_shard() {  # k: a bench of seed 100+k (sft split only), its AO (noisy expert
       --sizes "eval=0,sft=$TVR_SFT,rl=0,diag_rotate=0,diag_move=0" --scenes "sft=$TVR_SCENES,eval=0,rl=0" \
       > "$LOGS/bench-$k.log" 2>&1 || { stamp "FAILED: bench $k"; return; }
   local common=(--task tvr --data "$bench" --split sft --set width=$W --set height=$H --batch-size 32 --overwrite)
-  spatialrl data sft "${common[@]}" --set memory=ao --expert-noise "$EXPERT_NOISE" --samples step \
-    --out "$WORK/data/ao-$k" > "$LOGS/data-ao-$k.log" 2>&1 || stamp "FAILED: ao data $k"
-  spatialrl data sft "${common[@]}" --set memory=va --out "$WORK/data/va-$k" > "$LOGS/data-va-$k.log" 2>&1 \
-    || stamp "FAILED: va data $k"
+  local noisy=("${common[@]}" --set memory=ao --expert-noise "$EXPERT_NOISE" --samples step)
+  if needs aoall; then spatialrl data sft "${noisy[@]}" --labels all_optimal --out "$WORK/data/aoall-$k" \
+      > "$LOGS/data-aoall-$k.log" 2>&1 || stamp "FAILED: aoall data $k"; fi &
+  if needs pre; then spatialrl tvr pretrain-data --data "$bench" --split sft --pairs "$PRE_PAIRS" --seed $((100 + k)) \
+      --set width=$W --set height=$H --out "$WORK/data/pre-$k" --overwrite > "$LOGS/data-pre-$k.log" 2>&1 \
+      || stamp "FAILED: pre data $k"; fi &
+  if needs ao; then spatialrl data sft "${noisy[@]}" --out "$WORK/data/ao-$k" > "$LOGS/data-ao-$k.log" 2>&1 \
+      || stamp "FAILED: ao data $k"; fi
+  if needs va; then spatialrl data sft "${common[@]}" --set memory=va --out "$WORK/data/va-$k" \
+      > "$LOGS/data-va-$k.log" 2>&1 || stamp "FAILED: va data $k"; fi
+  wait
 }
-merge() {  # name, shard prefix: the first SHARDS shards of that kind
-  local name=$1 prefix=$2 shards=()
-  for k in $(seq 1 "${SHARDS:-100}"); do [ -f "$WORK/data/$prefix-$k/meta.json" ] && shards+=("$WORK/data/$prefix-$k"); done
+merge() {  # arm: the first SHARDS shards of each of its kinds, merged into its dataset
+  local name=$1 prefix shards=()
+  for prefix in $(arm "$name" | cut -d' ' -f5-); do
+    for k in $(seq 1 "${SHARDS:-100}"); do [ -f "$WORK/data/$prefix-$k/meta.json" ] && shards+=("$WORK/data/$prefix-$k"); done
+  done
   spatialrl data merge "${shards[@]}" --out "$WORK/data/$name" --overwrite > "$LOGS/merge-$name.log" 2>&1 \
     && stamp "data $name: $(tail -n 1 "$LOGS/merge-$name.log")" || stamp "FAILED: merge $name"
 }
@@ -139,18 +175,45 @@ eval_data() {  # held-out bench and cities (never used in training)
       --sizes "eval=$EVAL_TVR,sft=0,rl=0,diag_rotate=0,diag_move=0" > "$LOGS/bench-eval.log" 2>&1 &
   [ -f "$city/route_infos.json" ] || make_city metro "$EVAL_ROUTES" 7 "$city" > "$LOGS/city-eval.log" 2>&1 &
   [ -f "$ood/route_infos.json" ] || make_city hillside "$EVAL_ROUTES" 8 "$ood" > "$LOGS/city-ood.log" 2>&1 &
+  if validating && [ ! -f "$WORK/data/bench-val/bench.json" ]; then  # the validation bench: seed 1, own scenes
+    spatialrl tvr make-bench --out "$WORK/data/bench-val" --seed 1 --overwrite \
+      --sizes "eval=$VAL_TVR,sft=0,rl=0,diag_rotate=0,diag_move=0" > "$LOGS/bench-val.log" 2>&1 &
+  fi
   wait
   stamp "eval data built"
 }
-stage_fit() {  # merge the first SHARDS shards of each kind (not when resuming), train the three models
-              # (eval data built meanwhile), pack the finished ones
-  [ "${RESUME:-0}" = 1 ] || { merge virl-sft virl & merge tvr-ao-sft ao & merge tvr-va-sft va & wait; }
+validating() {  # more than one TVR action-only arm: choose among them on the validation bench
+  [ "$(for a in $ARMS; do arm "$a"; done | awk '$3 == "tvr" && $4 == "ao"' | wc -l)" -gt 1 ]
+}
+select_ao() {  # the TVR action-only arm with the best validation success (ties: the first in ARMS)
+  "$PY" - "$WORK/eval" $ARMS <<'PY' | tee -a "$OUT/timeline.txt"
+import json, sys
+from pathlib import Path
+root, arms = Path(sys.argv[1]), sys.argv[2:]
+scores = {}
+for a in arms:
+    f = root / f"val-{a}" / "metrics.json"
+    if f.is_file():
+        m = json.loads(f.read_text())["overall"]
+        scores[a] = {"success_rate": m["success_rate"], "spl": m.get("spl"), "episodes": m["n"]}
+if scores:
+    best = max(scores, key=lambda a: (scores[a]["success_rate"], scores[a]["spl"] or 0.0, -arms.index(a)))
+    (root / "selection.json").write_text(json.dumps({"tvr-ao": best, "validation": scores}, indent=2))
+    print(f"selection: tvr-ao = {best} by validation success " + ", ".join(
+        f"{a} {v['success_rate']:.3f} ({v['episodes']} eps)" for a, v in scores.items()))
+PY
+}
+stage_fit() {  # merge each arm's shards (not when resuming), train the arms side by side (eval data
+              # built meanwhile), pack the finished or paused ones
+  local a
+  if [ "${RESUME:-0}" != 1 ]; then for a in $ARMS; do merge "$a" & done; wait; fi
   [ "${NO_EVAL_DATA:-0}" = 1 ] || ( sleep "${EVAL_DATA_DELAY:-150}"; eval_data ) &
-  train virl-sft virl_small.yaml $BS_VIRL &
-  train tvr-ao-sft tvr_ao_small.yaml $BS_AO &
-  train tvr-va-sft tvr_va_small.yaml $BS_VA &
+  for a in $ARMS; do
+    set -- $(arm "$a")
+    train "$a" "$1" "$2" &
+  done
   wait
-  for name in virl-sft tvr-va-sft tvr-ao-sft; do
+  for name in $ARMS; do
     rm -rf "$WORK/weights/$name"
     if [ -d "$WORK/runs/$name/final" ]; then
       cp -r "$WORK/runs/$name/final" "$WORK/weights/$name"
@@ -190,17 +253,24 @@ stage_eval() {
     evaluate "tvr-$a" "$a" tvr "${tvr[@]}" --set memory=va &
     evaluate "virl-$a" "$a" virl "${virl[@]}" &
   done
-  for name in tvr-va-sft tvr-ao-sft; do
-    local memory=${name#tvr-}; memory=${memory%-sft}
-    [ -d "$WORK/weights/$name" ] && evaluate "$name" "hf:$WORK/weights/$name" tvr "${tvr[@]}" --set memory="$memory" &
-  done
-  [ -d "$WORK/weights/virl-sft" ] && evaluate virl-sft "hf:$WORK/weights/virl-sft" virl "${virl[@]}" &
-  for name in tvr-va-sft tvr-ao-sft; do  # image sensitivity on held-out states (eval/image_probe.py)
-    [ -d "$WORK/weights/$name" ] && { timeout "${EVAL_TIMEOUT:-100000}" "${SRL[@]}" model probe "hf:$WORK/weights/$name" \
+  local val=(--data "$WORK/data/bench-val" --split eval --set width=$W --set height=$H --max-new-tokens 16)
+  local name task memory
+  for name in $ARMS; do
+    [ -d "$WORK/weights/$name" ] || continue
+    read -r _ _ task memory _ <<< "$(arm "$name")"
+    if [ "$task" = virl ]; then evaluate "$name" "hf:$WORK/weights/$name" virl "${virl[@]}" &
+      continue
+    fi
+    evaluate "$name" "hf:$WORK/weights/$name" tvr "${tvr[@]}" --set memory="$memory" &
+    if [ "$memory" = ao ] && validating; then
+      evaluate "val-$name" "hf:$WORK/weights/$name" tvr "${val[@]}" --set memory=ao &
+    fi
+    { timeout "${EVAL_TIMEOUT:-100000}" "${SRL[@]}" model probe "hf:$WORK/weights/$name" \
         --data "$bench" --states "$PROBE_STATES" > "$WORK/eval/probe-$name.json" 2> "$LOGS/probe-$name.log" \
         && stamp "probe $name done" || stamp "FAILED: probe $name (logs/probe-$name.log)"; } &
   done
   wait
+  validating && select_ao
   if [ "${VECTOR_BENCH:-1}" = 1 ]; then  # issue 21's rows on this machine (single env vs TVRVectorEnv)
     (cd "$ROOT/benchmarks" && timeout "${VECTOR_BENCH_TIMEOUT:-120}" "$PY" tvr_vector_speed.py $VECTOR_BENCH_ARGS \
         --out "$WORK/eval" > "$LOGS/tvr_vector_speed.log" 2>&1) && stamp "tvr_vector_speed done" \
@@ -213,7 +283,7 @@ stage_eval() {
   fi
   rm -f "$WORK"/eval/*/steps.jsonl
   mkdir -p "$WORK/eval/_logs" && cp "$LOGS"/* "$OUT/timeline.txt" "$WORK/eval/_logs/" 2>/dev/null
-  for name in virl-sft tvr-va-sft tvr-ao-sft; do
+  for name in $ARMS; do
     mkdir -p "$WORK/eval/_runs/$name"
     cp "$WORK/runs/$name"/{config.json,metrics.jsonl,summary.json} "$WORK/eval/_runs/$name/" 2>/dev/null
   done
