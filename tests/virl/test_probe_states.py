@@ -37,6 +37,9 @@ def test_an_intersection_is_a_probe_state_only_in_the_variant(generated_city):
     street_text, street_grid, street_answer, kind = _play(generated_city, ON_STREET, in_text=False)
     assert kind == "forward" and street_answer == state.answers[1]
     assert state.conversation[-1]["content"][1]["text"] == street_text
+    # the grids are re-rendered after the search: the very pixels the agent saw there
+    _, own_grid, _, _ = _play(generated_city, AT_INTERSECTION, in_text=False)
+    assert np.array_equal(state.conversation[-1]["content"][0]["image"], own_grid)
     # the contrast grid is the forward point just before, same heading; the state's own grid is not it
     own = state.conversation[-1]["content"][0]["image"]
     assert np.abs(own.astype(int) - state.contrast_image.astype(int)).mean() > 1

@@ -211,6 +211,12 @@ class VirlEnv(gym.Env):
             self._finish(info)
         return obs, verdict.reward, terminated, False, info
 
+    @property
+    def view(self) -> dict[str, Any]:
+        """Where the agent looks now, ``{"pano_id", "geocode", "heading"}``: the observation grid is
+        ``self.renderer.render(pano_id, heading)``."""
+        return dict(self._view)
+
     def render(self) -> np.ndarray | None:
         if self.rail is None:
             return None

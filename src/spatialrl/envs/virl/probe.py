@@ -40,7 +40,21 @@ class ProbeState:
     step: int
 
 
-def with_grid(conversation: Conversation, image: np.ndarray) -> Conversation:
+@dataclass(frozen=True)
+class FoundState:
+    """A probe state before its grids are rendered: a search may look at many more states than it keeps,
+    and a full-size grid is 17 MB."""
+
+    conversation: Conversation  # the prompter's, its grid part left empty
+    own_view: tuple[str, float]  # (pano_id, heading) of the grid the agent sees here
+    contrast_view: tuple[str, float]
+    answers: tuple[str, str]
+    kind: str
+    episode_id: str
+    step: int
+
+
+def with_grid(conversation: Conversation, image: np.ndarray | None) -> Conversation:
     """The conversation with the last user turn's (only) grid image replaced by ``image``."""
     out = [dict(m) for m in conversation]
     last = out[-1]
@@ -67,9 +81,9 @@ def _segments(rail: Any) -> list[int]:
     return seg
 
 
-def episode_states(env: Any, prompter: Any, spec: Any) -> list[ProbeState]:
+def find_states(env: Any, prompter: Any, spec: Any) -> list[FoundState]:
     """Play ``spec`` with the expert through ``env`` (the unwrapped :class:`VirlEnv`) and ``prompter``;
-    return its steps where the text cannot decide (module docstring)."""
+    return its steps where the text cannot decide (module docstring), grids not rendered."""
     from spatialrl.envs.virl.prompts import build_prompt, obs_act_sequence
     from spatialrl.envs.virl.rail import MIN_SEGMENT_M, route_geometry
 
@@ -78,9 +92,12 @@ def episode_states(env: Any, prompter: Any, spec: Any) -> list[ProbeState]:
     obs, info = env.reset(options=spec.reset_options)
     prompter.reset(obs, info)
     rail = env.rail
-    steps: list[tuple[Conversation, np.ndarray, str]] = []
+    # per rail point: (the prompter's conversation without its grid, the grid's view, the expert's answer)
+    steps: list[tuple[Conversation, tuple[str, float], str]] = []
     while True:
-        steps.append((prompter.messages(), obs, info["expert_response"]))
+        view = env.view
+        steps.append((with_grid(prompter.messages(), None), (view["pano_id"], float(view["heading"])),
+                      info["expert_response"]))
         answer = info["expert_response"]
         obs, _, terminated, truncated, info = env.step(answer)
         if terminated or truncated:
@@ -92,33 +109,44 @@ def episode_states(env: Any, prompter: Any, spec: Any) -> list[ProbeState]:
     geometry = route_geometry(env.dataset, rail.route_index, env.straight_line_length)
     segment = _segments(rail)
     ends = {segment[i]: i for i, p in enumerate(rail.points) if i > 0 and p.kind != "forward"}
-    absolute = rail.absolute_action
-    states = []
+    found = []
     for t in range(1, len(rail.points)):
         point, s = rail.points[t], segment[t]
         forwards = [i for i in range(1, t) if segment[i] == s and rail.points[i].kind == "forward"]
         if point.kind == "forward":
-            end = rail.points[ends[s]]
-            other_obs, other_answer, contrast = end.oracle_observation, steps[ends[s]][2], steps[ends[s]][1]
+            other = ends[s]
         else:
             seg = geometry.segments[s - 1]
             room = sum(c is not None for c in seg.candidates) if seg.distance_m > MIN_SEGMENT_M else 0
             if not forwards or room < len(forwards) + 1:
                 continue  # no forward grid of this segment to swap in, or no room for one more forward point
-            before = forwards[-1]  # the nearest forward point: the same heading, a few metres back
-            other_obs, other_answer, contrast = rail.points[before].oracle_observation, steps[before][2], steps[before][1]
-        observations = [p.oracle_observation for p in rail.points[:t]] + [other_obs]
+            other = forwards[-1]  # the nearest forward point: the same heading, a few metres back
+        # the prompt had point t been the other kind: the same history, the other current observation
+        observations = [p.oracle_observation for p in rail.points[:t]] + [rail.points[other].oracle_observation]
         actions = [p.gt_action for p in rail.points[:t]]
         other_text = build_prompt(rail.global_instruction,
                                   obs_act_sequence(observations, actions, env.vision, env.intersection_in_text),
-                                  absolute, env.vision)
-        conversation, _, answer = steps[t]
+                                  rail.absolute_action, env.vision)
+        conversation, own_view, answer = steps[t]
         if other_text != _text(conversation):
             continue  # the text tells the two kinds apart (the reference's intersection line)
-        other_kind = "forward" if point.kind != "forward" else rail.points[ends[s]].kind
-        states.append(ProbeState(conversation=conversation, answers=(answer, other_answer), contrast_image=contrast,
-                                 kind=f"{point.kind}|{other_kind}", episode_id=spec.episode_id, step=t))
-    return states
+        found.append(FoundState(conversation=conversation, own_view=own_view, contrast_view=steps[other][1],
+                                answers=(answer, steps[other][2]), kind=f"{point.kind}|{rail.points[other].kind}",
+                                episode_id=spec.episode_id, step=t))
+    return found
+
+
+def materialize(env: Any, found: FoundState) -> ProbeState:
+    """Render a found state's two grids (the very call the env makes for its observation) and put its own
+    grid back into its conversation."""
+    own, contrast = (env.renderer.render(*view).copy() for view in (found.own_view, found.contrast_view))
+    return ProbeState(conversation=with_grid(found.conversation, own), answers=found.answers, contrast_image=contrast, kind=found.kind,
+                      episode_id=found.episode_id, step=found.step)
+
+
+def episode_states(env: Any, prompter: Any, spec: Any) -> list[ProbeState]:
+    """:func:`find_states` with the grids rendered."""
+    return [materialize(env, f) for f in find_states(env, prompter, spec)]
 
 
 def probe_states(options: dict[str, Any], n: int, seed: int = 0, max_episodes: int | None = None) -> list[ProbeState]:
@@ -134,11 +162,12 @@ def probe_states(options: dict[str, Any], n: int, seed: int = 0, max_episodes: i
     if max_episodes is not None:
         specs = specs[:max_episodes]
     env = SUITE.make_env(opts).unwrapped
-    found: list[ProbeState] = []
+    found: list[FoundState] = []
     for spec in specs:
-        found += episode_states(env, SUITE.make_prompter(opts), spec)
+        found += find_states(env, SUITE.make_prompter(opts), spec)
         if len(found) >= 4 * n:
             break
-    env.close()
     keep = sorted(np.random.default_rng(seed).permutation(len(found))[:n].tolist())
-    return [found[i] for i in keep]
+    states = [materialize(env, found[i]) for i in keep]
+    env.close()
+    return states
