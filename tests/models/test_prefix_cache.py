@@ -1,7 +1,8 @@
 """Prefix KV reuse across the turns of a multi-turn rollout (``sampling.prefix_cache``): a turn that
 prefills only the tokens added since the segment's last answer samples the same tokens with the same
 log-probs as re-prefilling the whole conversation, for both model families RL supports (Qwen-VL: 3-D
-rope positions of new images; Mllama: cross-attention K/V of earlier images kept), rows of different
+rope positions of new images, Qwen3-VL's DeepStack features too; Mllama: cross-attention K/V of earlier
+images kept), rows of different
 lengths in one left-padded batch, greedy and seeded sampling, and with the vision cache."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from spatialrl.train.policy_ops import collate_inputs, sample_segments, score_to
 from tests.conversations import assistant, user
 
 
-@pytest.fixture(scope="module", params=["qwen2_vl", "mllama"])
+@pytest.fixture(scope="module", params=["qwen2_vl", "qwen3_vl", "mllama"])
 def tiny(request):
     model, proc = build_tiny(request.param)
     model = model.to(torch.float32).eval()
