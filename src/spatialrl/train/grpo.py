@@ -301,7 +301,8 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
         next_items = episode_sampler(len(prompts), cfg.seed, rank, run.world)
     else:
         pool = EnvPool(suite, options, turns, cfg.tasks_per_update * cfg.group_size, cfg.task.max_turns,
-                       cfg.task.max_tokens, env_threads(cfg.task), sample=sample_segments)
+                       cfg.task.max_tokens, env_threads(cfg.task), sample=sample_segments,
+                       prefix_cache=cfg.sampling.prefix_cache)
         next_items = episode_sampler(len(episodes), cfg.seed, rank, run.world)
     per_update = cfg.single.prompts_per_update if cfg.mode == "single" else cfg.tasks_per_update
     heldout = heldout_prompts(cfg, suite, options)

@@ -384,7 +384,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
     sampling = SamplingParams(temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
                               max_new_tokens=cfg.sampling.max_new_tokens)
     pool = EnvPool(suite, options, turns, cfg.num_envs, cfg.task.max_turns, cfg.task.max_tokens, env_threads(cfg.task),
-                   sample=sample_segments)
+                   sample=sample_segments, prefix_cache=cfg.sampling.prefix_cache)
     feed = EpisodeFeed(pool, episodes, episode_sampler(len(episodes), cfg.seed, rank, run.world))
 
     # --- resume: weights/optimiser/RNG via accelerate, in-flight episodes via the feed's own file

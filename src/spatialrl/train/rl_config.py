@@ -59,6 +59,10 @@ class SamplingConfig:
         "KV cache of rollout generation: 'dynamic' (eager decoding) or 'static' (fixed shapes, which "
         "generate() compiles with torch.compile on a GPU; batches are filled to max_batch_size and "
         "prompts left-padded to a multiple of 256 tokens to keep recompiles few)."))
+    prefix_cache: bool = field(default=False, metadata=_help(
+        "Multi-turn rollouts keep each slot's KV cache between turns, so a turn prefills only the tokens "
+        "added since (Qwen-VL and Mllama families; with kv_cache=dynamic). Same tokens and log-probs as "
+        "re-prefilling (tests/models/test_prefix_cache.py); off until measured on a GPU (docs/rl.md)."))
     merge_lora: bool = field(default=False, metadata=_help(
         "With model.lora: sample rollouts from a copy of the model with the adapters merged into its weights "
         "(refreshed every update; one more copy of the language model in memory), so decoding skips the "
@@ -288,3 +292,5 @@ def _check_common(cfg: Any) -> None:
         raise ConfigError(f"task.env_threads: must be >= 0 (0 = one per CPU core), got {cfg.task.env_threads}")
     if cfg.sampling.kv_cache not in ("dynamic", "static"):
         raise ConfigError(f"sampling.kv_cache: expected 'dynamic' or 'static', got {cfg.sampling.kv_cache!r}")
+    if cfg.sampling.prefix_cache and cfg.sampling.kv_cache != "dynamic":
+        raise ConfigError("sampling.prefix_cache: needs sampling.kv_cache=dynamic (a static cache has a fixed shape)")
