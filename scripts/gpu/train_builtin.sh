@@ -259,14 +259,16 @@ stage_eval() {
     [ -d "$WORK/weights/$name" ] || continue
     read -r _ _ task memory _ <<< "$(arm "$name")"
     if [ "$task" = virl ]; then evaluate "$name" "hf:$WORK/weights/$name" virl "${virl[@]}" &
-      continue
+    else
+      evaluate "$name" "hf:$WORK/weights/$name" tvr "${tvr[@]}" --set memory="$memory" &
+      if [ "$memory" = ao ] && validating; then
+        evaluate "val-$name" "hf:$WORK/weights/$name" tvr "${val[@]}" --set memory=ao &
+      fi
     fi
-    evaluate "$name" "hf:$WORK/weights/$name" tvr "${tvr[@]}" --set memory="$memory" &
-    if [ "$memory" = ao ] && validating; then
-      evaluate "val-$name" "hf:$WORK/weights/$name" tvr "${val[@]}" --set memory=ao &
-    fi
+    # image sensitivity on held-out states (eval/image_probe.py; the task comes from the model folder)
     { timeout "${EVAL_TIMEOUT:-100000}" "${SRL[@]}" model probe "hf:$WORK/weights/$name" \
-        --data "$bench" --states "$PROBE_STATES" > "$WORK/eval/probe-$name.json" 2> "$LOGS/probe-$name.log" \
+        --data "$([ "$task" = virl ] && echo "$city" || echo "$bench")" --states "$PROBE_STATES" \
+        > "$WORK/eval/probe-$name.json" 2> "$LOGS/probe-$name.log" \
         && stamp "probe $name done" || stamp "FAILED: probe $name (logs/probe-$name.log)"; } &
   done
   wait
