@@ -32,6 +32,19 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
+
+def save_png(fig: Any, path: str | os.PathLike, dpi: int = 120) -> Path:
+    """A matplotlib figure as a PNG at ``path``, written atomically; the figure is closed (freed)."""
+    import io as _io
+
+    import matplotlib.pyplot as plt
+
+    buffer = _io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
+    return Path(path)
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 

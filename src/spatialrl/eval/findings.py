@@ -643,7 +643,6 @@ def arm_curve(arm: Arm, key: str, x: str, bootstrap: dict[str, Any]) -> dict[str
 def plot_findings_curves(spec: Spec, key: str, x: str, out: str | Path, experiment: str | None = None,
                          title: str | None = None) -> Path:
     """OOD accuracy (any logged ``key``) against training compute, one line per arm with its band (PNG)."""
-    import io
 
     import matplotlib
 
@@ -677,14 +676,9 @@ def plot_findings_curves(spec: Spec, key: str, x: str, out: str | Path, experime
     ax.legend(fontsize=8)
     ax.set_title(title or f"{key}: mean over seeds, {100 * spec.bootstrap['level']:.0f}% bootstrap band", fontsize=9)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120)
-    plt.close(fig)
-    from spatialrl.io import atomic_write_bytes
+    from spatialrl.io import save_png
 
-    out = Path(out)
-    atomic_write_bytes(out, buffer.getvalue())
-    return out
+    return save_png(fig, out)
 
 
 # ------------------------------------------------------------------------------------------ CLI

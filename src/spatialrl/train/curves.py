@@ -52,7 +52,6 @@ def load_curves(run_dir: str | Path, keys: list[str], x: str = "step") -> dict[s
 def plot_curves(runs: dict[str, str | Path], keys: list[str], out: str | Path, title: str | None = None,
                 x: str = "step") -> Path:
     """One panel per metric key, one line per run, against ``x`` (see ``load_curves``); written as a PNG."""
-    import io
 
     import matplotlib
 
@@ -75,14 +74,9 @@ def plot_curves(runs: dict[str, str | Path], keys: list[str], out: str | Path, t
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120)
-    plt.close(fig)
-    from spatialrl.io import atomic_write_bytes
+    from spatialrl.io import save_png
 
-    out = Path(out)
-    atomic_write_bytes(out, buffer.getvalue())
-    return out
+    return save_png(fig, out)
 
 
 def comparison_table(evals: dict[str, str | Path], metric: str = "success_rate", digits: int = 1,
