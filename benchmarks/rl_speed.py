@@ -14,7 +14,9 @@ last one (the first pays for kernel and cache warm-up):
 Models: ``llama11b-random`` — the Llama-3.2-11B-Vision configuration (Mllama, 10.7B parameters) with
 random weights built in bf16 on the GPU (``benchmarks/rollout_throughput.py`` holds the config);
 ``builtin-small`` / ``builtin-tiny`` — our presets; ``mllama-small-random`` — the 11B code path at toy
-width, to check the script on a CPU. Random models never say stop, so every answer runs to
+width, to check the script on a CPU; ``qwen25vl7b-random`` — Qwen2.5-VL-7B-Instruct's architecture (8.3B,
+the model most multi-turn VLM RL frameworks train) with random weights, and ``qwen25vl-small-random`` its
+code path at toy width (both built in ``rollout_throughput.py``). Random models never say stop, so every answer runs to
 ``--new-tokens``. Training is pure bf16 on a GPU (weights, gradients and, without offload, AdamW's
 moments: 8 bytes per parameter); ``--offload cpu`` moves the moments and an fp32 master copy to the
 host (``optimizer_offload``, 4 GPU bytes per parameter; ``--no-master`` drops the master copy when host
@@ -24,6 +26,7 @@ Run on the GPU machine (one command; writes benchmarks/results/rl_speed-<model>-
 
     python benchmarks/rl_speed.py --model llama11b-random --offload none cpu --gradient-checkpointing
     python benchmarks/rl_speed.py --model builtin-small --offload none
+    python benchmarks/rl_speed.py --model qwen25vl7b-random --offload none --gradient-checkpointing
 
 and on a CPU (checks the code path in a few minutes; the numbers mean nothing there):
 
@@ -121,15 +124,16 @@ def run_grpo(args, model, processor, data, out, offload) -> dict[str, Any]:
     r = last_update(out)
     return {"algo": "grpo", "offload": offload, "update_seconds": r["train/update_seconds"],
             "rollout_seconds": r["train/rollout_seconds"], "trajectories": r["rollout/trajectories"],
-            "env_steps_per_update": r["rollout/turns_mean"] * r["rollout/trajectories"],
+            "env_steps_per_update": r["episodes/length_mean"] * r["rollout/trajectories"],  # length = turns
             "policy_tokens": r["losses/policy_tokens"], "wall_seconds": time.perf_counter() - t0,
             **{k.split("/")[1]: r[k] for k in ("train/generate_seconds", "train/env_seconds", "train/tokenize_seconds")}}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="llama11b-random",
-                    choices=["llama11b-random", "mllama-small-random", "builtin-small", "builtin-tiny"])
+    from rollout_throughput import MODELS  # a sibling script: benchmarks/ is on sys.path
+
+    ap.add_argument("--model", default="llama11b-random", choices=MODELS)
     ap.add_argument("--device", default=None, help="cuda (default when available) or cpu")
     ap.add_argument("--offload", nargs="+", default=["none"], choices=["none", "cpu"])
     ap.add_argument("--algos", nargs="+", default=["ppo", "grpo"], choices=["ppo", "grpo"])

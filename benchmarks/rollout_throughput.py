@@ -13,6 +13,10 @@ random weights in bf16 on the GPU (no download: the config is written out below,
 BPE with the Llama-3 chat format, the image processor the stock Mllama one: 560² tiles, up to 4);
 ``builtin-small`` / ``builtin-tiny`` — our presets (fp32 on CPU); ``mllama-small-random`` — the 11B
 code path at toy width, to check the script on a CPU.
+``qwen25vl7b-random`` — Qwen2.5-VL-7B-Instruct's published architecture (8.3B: 28 decoder layers of
+3584, a 32-block windowed vision tower), random weights in bf16, our BPE tokenizer in Qwen's ChatML and
+Qwen's image processor capped at ``QWEN_MAX_PIXELS``; ``qwen25vl-small-random`` — that code path at toy
+width, for a CPU.
 
 The seed's rollout: 256 env steps in ~40 min per GPU process = 6.4 steps/min per GPU (batch 1).
 Limit: per env step the model needs 2 x vision params x vision tokens + 2 x decoder params x (prompt +
@@ -45,6 +49,8 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 SEED_STEPS_PER_MIN = 256 / 40  # the seed: 256 steps per ~40 min per GPU process
+QWEN_MODELS = ("qwen25vl7b-random", "qwen25vl-small-random")
+MODELS = ("llama11b-random", "mllama-small-random", *QWEN_MODELS, "builtin-small", "builtin-tiny")
 
 
 def llama_11b_vision_config():
@@ -82,6 +88,95 @@ def mllama_small_config():
     return T.MllamaConfig(text_config=text, vision_config=vision, image_token_index=5)
 
 
+# Qwen2.5-VL-7B-Instruct's published config.json (huggingface.co/Qwen/Qwen2.5-VL-7B-Instruct/blob/main/config.json,
+# as transformers' Qwen2_5_VLConfig reads it), written out: nothing is downloaded.
+QWEN25VL_7B_TEXT = dict(
+    vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+    num_key_value_heads=4, max_position_embeddings=128000, rms_norm_eps=1e-6, hidden_act="silu",
+    tie_word_embeddings=False, use_sliding_window=False,
+    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]})
+QWEN25VL_7B_VISION = dict(
+    depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=3584, hidden_act="silu",
+    patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112, fullatt_block_indexes=[7, 15, 23, 31],
+    tokens_per_second=2, in_channels=3)
+# Pixels per image for the Qwen rows: the model card's suggested upper bound (1280 visual tokens after the 2x2
+# merge). The published preprocessor allows 12845056 (a 2405² grid would be 7396 decoder tokens per image).
+QWEN_MAX_PIXELS = 1280 * 28 * 28
+QWEN_TOKENIZER_VOCAB = 8192  # our BPE's cap (the prompt corpus gives ~1.3k); the 7B keeps 152064 rows (qwen_random)
+
+
+def qwen25vl_7b_config(ids: dict[str, int], text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None):
+    """Qwen2.5-VL-7B's architecture (8.3B parameters) with our tokenizer's special-token ids; ``text`` /
+    ``vision`` override config values (the small variant)."""
+    import transformers as T
+
+    special = dict(bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"])
+    return T.Qwen2_5_VLConfig(
+        text_config=dict(QWEN25VL_7B_TEXT, **special, **(text or {})), vision_config=dict(QWEN25VL_7B_VISION, **(vision or {})),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False, **special)
+
+
+def qwen25vl_small_config(ids: dict[str, int]):
+    """The 7B configuration's shape (window attention with full-attention blocks, 2x2 merge, M-RoPE) at toy
+    width; its vocabulary is also larger than the tokenizer's, as the 7B's is: checks the code path on a CPU."""
+    return qwen25vl_7b_config(
+        ids, text=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+                       num_key_value_heads=2, vocab_size=QWEN_TOKENIZER_VOCAB + 512,
+                       rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]}),
+        vision=dict(depth=4, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                    fullatt_block_indexes=[1, 3]))
+
+
+def qwen_processor():
+    """Qwen2.5-VL's processor with our BPE tokenizer (Qwen special tokens, ChatML template) trained on the
+    prompt corpus, and Qwen's PIL image processor (14 px patches, 2x2 merge, at most ``QWEN_MAX_PIXELS``)."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    from spatialrl.models.processor import NoVideoQwen2_5_VLProcessor
+    from spatialrl.models.tokenizer import (
+        QWEN_CHAT_TEMPLATE,
+        QWEN_SPECIAL_TOKENS,
+        prompt_corpus,
+        train_bpe_tokenizer,
+    )
+
+    tok = train_bpe_tokenizer(prompt_corpus()[0], QWEN_SPECIAL_TOKENS, QWEN_TOKENIZER_VOCAB, QWEN_CHAT_TEMPLATE,
+                              eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    ip = Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=QWEN_MAX_PIXELS, patch_size=14, merge_size=2,
+                                  temporal_patch_size=2)
+    return NoVideoQwen2_5_VLProcessor(ip, tok, chat_template=QWEN_CHAT_TEMPLATE)
+
+
+def qwen_random(name: str, device: str, dtype: Any, seed: int = 0):
+    """``(model, processor)`` for ``qwen25vl7b-random`` / ``qwen25vl-small-random``, built on ``device``.
+
+    The vocabulary: the model keeps the published 152064 rows (embedding + LM head are 1.09B of the 8.3B
+    parameters, and the full-vocabulary logits are what the epochs' memory and the LM head's FLOPs pay for),
+    rather than shrinking to our tokenizer (BPE trained on the prompt corpus: ~1.3k ids, as the Llama rows
+    use; Qwen's own 151k-entry tokenizer cannot be built offline). Ids past the tokenizer are valid embedding
+    rows, sampled like any other by a random model, and decode to nothing; the small variant keeps such a
+    gap too, so the CPU check covers it.
+    """
+    import torch
+    import transformers as T
+
+    processor = qwen_processor()
+    tok = processor.tokenizer
+    ids = {t: tok.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|im_end|>", "<|image_pad|>", "<|video_pad|>",
+                                                      "<|vision_start|>", "<|vision_end|>")}
+    config = qwen25vl_7b_config(ids) if name == "qwen25vl7b-random" else qwen25vl_small_config(ids)
+    assert config.text_config.vocab_size >= len(tok)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = T.AutoModelForImageTextToText.from_config(config, dtype=dtype)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.bos_token_id = ids["<|endoftext|>"]
+    return model, processor
+
+
 def build_policy(name: str, device: str, new_tokens: int, seed: int = 0):
     import torch
 
@@ -104,6 +199,10 @@ def build_policy(name: str, device: str, new_tokens: int, seed: int = 0):
         model.config.image_token_index = tok.convert_tokens_to_ids("<|image|>")
         model.generation_config.eos_token_id = tok.eos_token_id
         model.generation_config.pad_token_id = tok.pad_token_id
+        return HFPolicy(model, processor, name=name, device=device, dtype=dtype, min_new_tokens=new_tokens)
+    if name in QWEN_MODELS:
+        dtype = torch.bfloat16 if device != "cpu" else torch.float32
+        model, processor = qwen_random(name, device, dtype, seed)
         return HFPolicy(model, processor, name=name, device=device, dtype=dtype, min_new_tokens=new_tokens)
     if name in ("builtin-small", "builtin-tiny"):
         from spatialrl.models.builtin import build_model
@@ -202,7 +301,8 @@ def step_cost(policy: Any, prompt_tokens: float, new_tokens: int, grid: int) -> 
     """FLOPs and weight bytes one env step needs (dense-matmul count: 2 x params x tokens)."""
     model = policy.model
     inner = getattr(model, "model", model)
-    vision = sum(p.numel() for p in inner.vision_model.parameters()) if hasattr(inner, "vision_model") else 0
+    tower = getattr(inner, "vision_model", None) or getattr(inner, "visual", None)  # Mllama / Qwen
+    vision = sum(p.numel() for p in tower.parameters()) if tower is not None else 0
     total = sum(p.numel() for p in model.parameters())
     embed = model.get_input_embeddings().weight.numel()  # a lookup, not a matmul
     head = model.get_output_embeddings().weight.numel()  # applied to generated positions only
@@ -212,6 +312,13 @@ def step_cost(policy: Any, prompt_tokens: float, new_tokens: int, grid: int) -> 
         cfg = model.config.vision_config
         tiles = min(cfg.max_num_tiles, math.ceil(grid / cfg.image_size) ** 2)
         vis_tokens = tiles * ((cfg.image_size // cfg.patch_size) ** 2 + 1)
+    elif hasattr(inner, "visual"):  # Qwen: the processor's resized grid in 14 px patches (the merge is after the tower)
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+        ip = policy.processor.image_processor
+        h, w = smart_resize(grid, grid, factor=ip.patch_size * ip.merge_size, min_pixels=ip.size["shortest_edge"],
+                            max_pixels=ip.size["longest_edge"])
+        vis_tokens = (h // ip.patch_size) * (w // ip.patch_size)
     flops = 2 * vision * vis_tokens + 2 * text * (prompt_tokens + new_tokens) + 2 * head * new_tokens
     weight_bytes = total * next(model.parameters()).element_size()
     return {"params": total, "vision_params": vision, "vision_tokens": vis_tokens, "prompt_tokens": prompt_tokens,
@@ -220,7 +327,7 @@ def step_cost(policy: Any, prompt_tokens: float, new_tokens: int, grid: int) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="llama11b-random", choices=["llama11b-random", "mllama-small-random", "builtin-small", "builtin-tiny"])
+    ap.add_argument("--model", default="llama11b-random", choices=MODELS)
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 128])
     ap.add_argument("--device", default=None, help="cuda (default when available) or cpu")
     ap.add_argument("--grid-size", type=int, default=2405)

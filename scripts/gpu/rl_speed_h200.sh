@@ -11,6 +11,9 @@
 #   5. with FROZEN=1 (as a command of its own): the 11B PPO with a frozen vision tower, vision cache off
 #      and on side by side (the cache then serves the scoring pass and the epochs), and the bf16 PPO
 #      ratio check of `shuffle: batches` at micro-batch 4 (1-tile grids, to fit)
+#   6. with QWEN=1 (a command of its own): the random Qwen2.5-VL-7B-sized model (qwen25vl7b-random, 8.3B):
+#      PPO and multi-turn GRPO with the 11B's settings (full fine-tune, AdamW on the GPU), then the rollout
+#      benchmark at batch 1, 8, 32 and 128
 # Every step has its own time limit, so a slow one cannot starve the rest; each writes its JSON as
 # soon as it has a row.
 #
@@ -32,6 +35,15 @@ step() {  # seconds label, then the command
 # GRPO 4 tasks x G 4
 BIG=(--model llama11b-random --gradient-checkpointing --num-envs 16 --num-steps 32 --minibatch-size 1 --grad-accum 32
      --tasks 4 --group-size 4)
+if [ "${QWEN:-0}" = 1 ]; then
+  # 8.3B: weights + gradients + AdamW moments in bf16 = 66 GB; images at most 1280 decoder tokens each
+  # (QWEN_MAX_PIXELS in benchmarks/rollout_throughput.py); the row settings are the 11B's (BIG)
+  step "${LIMIT_QWEN_RL:-330}" qwen-rl "$PY" "${B[@]}" "${BIG[@]/llama11b-random/qwen25vl7b-random}" --offload none \
+    --out "$OUT/rl_speed-qwen25vl7b-random.json"
+  step "${LIMIT_QWEN_ROLLOUT:-200}" qwen-rollout "$PY" benchmarks/rollout_throughput.py --model qwen25vl7b-random \
+    --batch-sizes 1 8 32 128 --row-seconds 30 --out "$OUT/rollout_throughput-qwen25vl7b-random.json"
+  tail -n 14 "$OUT"/logs/*.log; exit 0
+fi
 if [ "${FAST:-0}" = 1 ]; then
   # decode (DECODE=1): eager vs static KV cache (compiled decoder) on the 11B's rollout generate, with the
   # sampled vs teacher-forced log-prob check; then the 11B PPO with every lever on: frozen tower + vision
