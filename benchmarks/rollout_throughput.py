@@ -378,6 +378,20 @@ def main() -> None:
     warm = episodes[: max(args.batch_sizes)]
     timed_row(suite, options, policy, warm, max(args.batch_sizes), sampling, 0.0)  # one turn: warm-up
 
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    slug = "".join(c if c.isalnum() else "-" for c in machine.lower()).strip("-")[:40]
+    out = Path(args.out or Path(__file__).parent / "results" / f"rollout_throughput-{args.model}-{slug}.json")
+    header = {
+        "benchmark": "rollout_throughput", "model": args.model, "machine": machine, "device": device,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "git_commit": commit,
+        "torch": torch.__version__, "grid_size": args.grid_size, "new_tokens": args.new_tokens,
+        "pano_size": [args.pano_width, args.pano_width // 2], "routes": args.routes,
+        "row_seconds": args.row_seconds, "torch_threads": torch.get_num_threads(),
+        "seed_steps_per_min_per_gpu": SEED_STEPS_PER_MIN, "env_only_steps_per_min": env_rate,
+    }
     rows = []
     for bs in args.batch_sizes:
         usage0 = dict(policy.usage)
@@ -387,6 +401,8 @@ def main() -> None:
         row["oom_splits"] = policy.usage["oom_splits"] - usage0["oom_splits"]
         rows.append(row)
         print(f"batch {bs}: {row['steps_per_min']:,.1f} steps/min ({row['env_steps']} steps in {row['seconds']:.0f}s)")
+        # after every row: a run cut by its time limit keeps what it measured
+        atomic_write_json(out, {**header, "load_average_1m": os.getloadavg()[0], "rows": rows, "partial": True})
     base = rows[0]["steps_per_min"]
     for r in rows:
         r["speedup_vs_b1"] = r["steps_per_min"] / base if rows[0]["batch_size"] == 1 else None
@@ -415,21 +431,7 @@ def main() -> None:
               f"{limit['matmul_tflops']:.0f} TFLOP/s; weights {limit['weight_bytes'] / 1e9:.1f} GB at "
               f"{limit['hbm_gbps']:.0f} GB/s); best row = {100 * limit['best_fraction_of_limit']:.0f}% of it")
 
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    slug = "".join(c if c.isalnum() else "-" for c in machine.lower()).strip("-")[:40]
-    out = Path(args.out or Path(__file__).parent / "results" / f"rollout_throughput-{args.model}-{slug}.json")
-    atomic_write_json(out, {
-        "benchmark": "rollout_throughput", "model": args.model, "machine": machine, "device": device,
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "git_commit": commit,
-        "torch": torch.__version__, "grid_size": args.grid_size, "new_tokens": args.new_tokens,
-        "pano_size": [args.pano_width, args.pano_width // 2], "routes": args.routes,
-        "row_seconds": args.row_seconds, "load_average_1m": os.getloadavg()[0],
-        "torch_threads": torch.get_num_threads(), "seed_steps_per_min_per_gpu": SEED_STEPS_PER_MIN, "env_only_steps_per_min": env_rate,
-        "rows": rows, "limit": limit,
-    })
+    atomic_write_json(out, {**header, "load_average_1m": os.getloadavg()[0], "rows": rows, "limit": limit})
     print(f"wrote {out}")
 
 

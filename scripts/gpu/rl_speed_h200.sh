@@ -40,8 +40,10 @@ if [ "${QWEN:-0}" = 1 ]; then
   # (QWEN_MAX_PIXELS in benchmarks/rollout_throughput.py); the row settings are the 11B's (BIG)
   step "${LIMIT_QWEN_RL:-330}" qwen-rl "$PY" "${B[@]}" "${BIG[@]/llama11b-random/qwen25vl7b-random}" --offload none \
     --out "$OUT/rl_speed-qwen25vl7b-random.json"
-  step "${LIMIT_QWEN_ROLLOUT:-200}" qwen-rollout "$PY" benchmarks/rollout_throughput.py --model qwen25vl7b-random \
-    --batch-sizes 1 8 32 128 --row-seconds 30 --out "$OUT/rollout_throughput-qwen25vl7b-random.json"
+  # 4 rows x 25 s, each ending at its next turn boundary, after a 12 s env-only row, the 8.3B build and a
+  # warm-up turn at batch 128; every row is written as soon as it ends (a cut step keeps them)
+  step "${LIMIT_QWEN_ROLLOUT:-220}" qwen-rollout "$PY" benchmarks/rollout_throughput.py --model qwen25vl7b-random \
+    --batch-sizes 1 8 32 128 --row-seconds 25 --out "$OUT/rollout_throughput-qwen25vl7b-random.json"
   tail -n 14 "$OUT"/logs/*.log; exit 0
 fi
 if [ "${FAST:-0}" = 1 ]; then

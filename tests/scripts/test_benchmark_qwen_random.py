@@ -77,3 +77,4 @@ def test_small_variant_runs_both_benchmarks(tmp_path):
     (row,) = result["rows"]
     assert result["model"] == "qwen25vl-small-random" and row["batch_size"] == 2
     assert row["env_steps"] > 0 and row["steps_per_min"] > 0 and row["mean_prompt_tokens"] > 0
+    assert "partial" not in result and result["git_commit"] and "load_average_1m" in result
