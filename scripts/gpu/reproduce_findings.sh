@@ -23,10 +23,16 @@
 #   on the eval cities). The SFT init is evaluated once (greedy decoding of one model: one "seed").
 #   Then `spatialrl findings collect / table / curves` on a spec written into WORK from the run folders.
 #
-# TODO (not in this script yet): the TVR group — AO-SFT / VA-SFT baselines, VA-SFT + multi-turn GRPO
-#   and AO-SFT + single-turn GRPO from builtin:tvr-va-sft / builtin:tvr-ao-sft, 3 seeds, >= 50 episodes per
-#   category (reproduce_rl.sh's tvr_multi / tvr_single are the single-seed template), as a second ARMS
-#   group with its own experiment in the spec (overall: true, min_episodes: 50).
+# TVR (TVRBench), ARMS group `tvr` (ARMS="virl tvr", or one group per command: 12 runs at once are too
+#   many for one GPU's 16 cores), from builtin:tvr-va-sft / builtin:tvr-ao-sft (INIT_VA, INIT_AO):
+#     grpo-multi   VA-SFT + multi-turn GRPO on live rollouts of the bench's rl split (tvr_multi_small.yaml)
+#     grpo-single  AO-SFT + single-turn GRPO on per-step expert prompts of its sft split (tvr_single_small.yaml)
+#   both with the vision tower trainable (--model.freeze_vision=false: the issue's standard), the same
+#   time budget per run, SEEDS; the two inits are the AO-SFT / VA-SFT baselines (evaluated once, greedy).
+#   Evaluated on EVAL_TVR episodes of the eval split (default 200 = 50 per category, round-robin; the
+#   bench of seed 0: its eval scenes are disjoint from its rl / sft scenes, the inits were trained on
+#   benches 101-108). Bench: TVR_BENCH (default runs/gpu-inputs/tvr-bench as in reproduce_rl.sh), else
+#   built into WORK. Not done: CoT-SFT (no built-in CoT model) and the pose-anchored GRPO arm.
 #
 # On one H200, as commands of at most 10 minutes on a warm machine (WORK persists between commands only
 # while the machine stays warm; every stage skips what WORK already holds, so a command cut short is
@@ -34,20 +40,26 @@
 #   source scripts/gpu/prelude.sh && STAGE=train OUT=$OUT timeout 570 bash scripts/gpu/reproduce_findings.sh
 #   source scripts/gpu/prelude.sh && STAGE=eval  OUT=$OUT timeout 570 bash scripts/gpu/reproduce_findings.sh
 #     (again until the timeline says "findings written": the evals resume where they were cut)
+#   ... ARMS=tvr STAGE=train ... and ARMS=tvr STAGE=eval ... likewise for TVR (WORK keeps both groups;
+#   STAGE=eval with ARMS="virl tvr" at the end writes one findings.json with both experiments)
 #   SMOKE=1 OUT=/tmp/smoke-findings bash scripts/gpu/reproduce_findings.sh   # CPU rehearsal (STAGE=all,
 #     tiny cities, 2 seeds, a few seconds of training; `findings` gets --allow-fewer-seeds only here)
 # The GPU machine needs .whl and .gl carried (bash scripts/gpu/bundle.sh once, here).
 #
-# Knobs (environment): STAGE (train | eval | all), SEEDS, SEED_PARALLEL, TRAIN_MIN (default: what the
-# command leaves before TRAIN_END_S=540, at most 5), EVAL_VIRL, VISION_REQUIRED, RATIO, CRITIC_WARMUP,
-# INIT_VIRL, PPO_LR (1e-5, the recipe's), SFT_LR (1e-4), PPO_UPDATES (a cap, 100: the time budget ends
-# the run), IN_EVAL, PPO_EVAL_EVERY (2), SFT_EVAL_EVERY (150), VIRL_EPISODES (expert episodes for
-# sft-more, 1000), EVAL_BATCH, END_S (every child is stopped by then, 550), RL_DTYPE (auto), WORK.
+# Knobs (environment): STAGE (train | eval | all), ARMS (groups: virl, tvr; default virl), SEEDS,
+# SEED_PARALLEL, TRAIN_MIN (default: what the command leaves before TRAIN_END_S=540, at most 5),
+# END_S (every child is stopped by then, 550), RL_DTYPE (auto), WORK. V-IRL: EVAL_VIRL, VISION_REQUIRED,
+# RATIO, CRITIC_WARMUP, INIT_VIRL, PPO_LR (1e-5, the recipe's), SFT_LR (1e-4), PPO_UPDATES (a cap, 100:
+# the time budget ends the run), IN_EVAL, PPO_EVAL_EVERY (2), SFT_EVAL_EVERY (150), VIRL_EPISODES (expert
+# episodes for sft-more, 1000), EVAL_BATCH. TVR: EVAL_TVR (200), IN_EVAL_TVR (8), GRPO_LR (1e-4),
+# MULTI_TASKS (8), MULTI_EVERY / SINGLE_EVERY (in-training eval every 4 / 25 GRPO updates), TVR_BENCH,
+# INIT_VA, INIT_AO.
 #
 # $OUT gets: timeline.txt; findings.tar.gz (runs/<arm>-s<seed>/ config, metrics.jsonl, summary and the
 # in-training eval folders; eval/<label>/ metrics.json, episodes.jsonl, run.json; findings/ the specs,
 # findings.json, table.md, curve PNGs; logs/), packed also when the command is stopped (EXIT trap);
-# and, once the evals are complete, findings.json, table.md and the curve PNGs beside it (<= 8 files).
+# and, once the evals are complete, findings.json, table.md (with the inits' table) and the curve PNGs
+# beside it (V-IRL: visual-OOD, rule-OOD, in-dist; TVR: overall) — at most 8 files.
 set -uo pipefail
 
 OUT=${OUT:?set OUT to the output folder}
@@ -70,6 +82,11 @@ if [ "$SMOKE" = 1 ]; then
   PPO_SIZE=(--num_envs=2 --num_steps=4 --micro_batch_size=2 --grad_accum=1 --epochs=1 --sampling.max_new_tokens=96)
   SFT_SIZE=(--per_device_batch_size=2 --data.num_workers=0 --logging.every=1)
   FEWER=(--allow-fewer-seeds)
+  EVAL_TVR=${EVAL_TVR:-4}; IN_EVAL_TVR=${IN_EVAL_TVR:-4}; TW=112; TH=64; MULTI_TASKS=${MULTI_TASKS:-2}
+  MULTI_EVERY=${MULTI_EVERY:-1}; SINGLE_EVERY=${SINGLE_EVERY:-1}
+  GRPO_SIZE=(--group_size=2 --mini_batches=1 --micro_batch_size=4 --single.expert_episodes=4
+             --single.prompts_per_update=2 --action_match.episodes=2)
+  BENCH_ARGS=(--sizes "eval=4,sft=4,rl=4,diag_rotate=0,diag_move=0" --scenes "sft=1,eval=1,rl=1")
 else
   SEEDS=${SEEDS:-0 1 2}; EVAL_VIRL=${EVAL_VIRL:-200}; IN_EVAL=${IN_EVAL:-16}; TRAIN_MIN=${TRAIN_MIN:-}
   TRAIN_ROUTES=300; VIRL_EPISODES=${VIRL_EPISODES:-1000}; EVAL_BATCH=${EVAL_BATCH:-200}; W_GRID=224
@@ -79,7 +96,18 @@ else
   PPO_SIZE=(--num_envs=32 --num_steps=128 --micro_batch_size=8 --grad_accum=4 --sampling.max_new_tokens=128)
   SFT_SIZE=(--logging.every=25)
   FEWER=()
+  EVAL_TVR=${EVAL_TVR:-200}; IN_EVAL_TVR=${IN_EVAL_TVR:-8}; TW=280; TH=168; MULTI_TASKS=${MULTI_TASKS:-8}
+  MULTI_EVERY=${MULTI_EVERY:-4}; SINGLE_EVERY=${SINGLE_EVERY:-25}
+  GRPO_SIZE=(--single.expert_episodes=200)
+  BENCH_ARGS=()
 fi
+ARMS=${ARMS:-virl}
+has_group() { [[ " $ARMS " == *" $1 "* ]]; }
+for g in $ARMS; do [ "$g" = virl ] || [ "$g" = tvr ] || { echo "ARMS: groups are virl and tvr, got $g" >&2; exit 2; }; done
+arms_of() { has_group virl && echo "ppo sft-more"; has_group tvr && echo "grpo-multi grpo-single"; }
+INIT_VA=${INIT_VA:-builtin:tvr-va-sft}; INIT_AO=${INIT_AO:-builtin:tvr-ao-sft}; GRPO_LR=${GRPO_LR:-1e-4}
+BENCH=${TVR_BENCH:-$ROOT/runs/gpu-inputs/tvr-bench}
+[ -f "$BENCH/bench.json" ] || BENCH=$WORK/data/tvr-bench
 GRID=$W_GRID   # the grid the built-in model was trained at (train_builtin.sh)
 SEED_PARALLEL=${SEED_PARALLEL:-$(wc -w <<< "$SEEDS")}
 VISION_REQUIRED=${VISION_REQUIRED:-1}; IIT=$([ "$VISION_REQUIRED" = 1 ] && echo false || echo true)
@@ -110,8 +138,8 @@ trap pack EXIT
 trap 'stamp "SIGTERM: stopping"; exit 143' TERM
 
 left() { echo $(( END_S - $(elapsed) > 10 ? END_S - $(elapsed) : 10 )); }
-stamp "stage=$STAGE smoke=$SMOKE work=$WORK seeds='$SEEDS' (parallel $SEED_PARALLEL) init=$INIT_VIRL" \
-  "vision_required=$VISION_REQUIRED ratio=$RATIO critic_warmup=$CRITIC_WARMUP lr ppo=$PPO_LR sft=$SFT_LR"
+stamp "stage=$STAGE arms=$ARMS smoke=$SMOKE work=$WORK seeds='$SEEDS' (parallel $SEED_PARALLEL) init=$INIT_VIRL" \
+  "vision_required=$VISION_REQUIRED ratio=$RATIO critic_warmup=$CRITIC_WARMUP lr ppo=$PPO_LR sft=$SFT_LR grpo=$GRPO_LR"
 machine_line >> "$OUT/timeline.txt" 2>&1
 
 # ------------------------------------------------------------------------------------------- inputs
@@ -137,6 +165,12 @@ inputs() {
     || stamp "FAILED: V-IRL expert data (logs/data-virl.log)"
 }
 
+tvr_bench() {  # the TVR bench of seed 0 (its rl / sft splits train, its eval split evaluates)
+  [ -f "$BENCH/bench.json" ] && return 0
+  spatialrl tvr make-bench --out "$BENCH" --seed 0 --overwrite "${BENCH_ARGS[@]}" > "$LOGS/tvr-bench.log" 2>&1 \
+    && stamp "TVR bench built (seed 0) in $BENCH" || { stamp "FAILED: TVR bench (logs/tvr-bench.log)"; return 1; }
+}
+
 # ------------------------------------------------------------------------------------------- train
 in_train_eval() {  # the closed-loop evals for the curves: the first IN_EVAL episodes of each eval split
   echo --eval.task=virl --eval.data="$EVAL_CITY" --eval.split=in-dist,rule-ood,visual-ood \
@@ -148,7 +182,17 @@ train_arm() {  # arm seed minutes
   local opts="{grid_size: $GRID, visual_data: $OOD_CITY, intersection_in_text: $IIT}"
   # shellcheck disable=SC2207
   args=($(in_train_eval))
-  if [ "$arm" = ppo ]; then
+  if [ "$arm" = grpo-multi ] || [ "$arm" = grpo-single ]; then
+    local mem=va init=$INIT_VA recipe=tvr_multi_small.yaml split=rl every=$MULTI_EVERY
+    [ "$arm" = grpo-single ] && { mem=ao; init=$INIT_AO; recipe=tvr_single_small.yaml; split=sft; every=$SINGLE_EVERY; }
+    opts="{memory: $mem, width: $TW, height: $TH}"
+    args=(grpo "$ROOT/configs/grpo/$recipe" --model.path="$init" --model.dtype="$RL_DTYPE" --model.freeze_vision=false
+          --seed="$seed" --task.data="$BENCH" --task.split=$split "--task.options=$opts" --optim.lr="$GRPO_LR"
+          --checkpoint.every=0 --action_match.split=eval --eval.task=tvr --eval.data="$BENCH"
+          --eval.split=eval --eval.episodes="$IN_EVAL_TVR" --eval.batch_size="$IN_EVAL_TVR"
+          --eval.every="$every" --action_match.every="$every" "${GRPO_SIZE[@]}")
+    [ "$arm" = grpo-multi ] && args+=(--tasks_per_update="$MULTI_TASKS")
+  elif [ "$arm" = ppo ]; then
     args=(ppo "$ROOT/configs/ppo/virl_vl_small.yaml" --model.path="$INIT_VIRL" --model.dtype="$RL_DTYPE"
           --seed=$((42 + seed)) --task.data="$CITY"
           "--task.options={split: in-dist, mode: vl, grid_size: $GRID, verify_iter: 2, seed: $((42 + seed)), episodes: 4096, intersection_in_text: $IIT}"
@@ -187,18 +231,20 @@ print("; ".join(out))
 PY
 }
 stage_train() {
-  inputs
-  [ -f "$DATA/meta.json" ] && [ -f "$OOD_CITY/route_infos.json" ] && [ -f "$EVAL_CITY/route_infos.json" ] \
-    || { stamp "FAILED: inputs missing, no training"; return 1; }
-  local seeds=($SEEDS) i j min
+  has_group tvr && tvr_bench &
+  has_group virl && inputs &
+  wait
+  if has_group virl && ! { [ -f "$DATA/meta.json" ] && [ -f "$OOD_CITY/route_infos.json" ] \
+      && [ -f "$EVAL_CITY/route_infos.json" ]; }; then stamp "FAILED: V-IRL inputs missing, no training"; return 1; fi
+  if has_group tvr && [ ! -f "$BENCH/bench.json" ]; then stamp "FAILED: no TVR bench, no training"; return 1; fi
+  local seeds=($SEEDS) i j min arm
   for ((i = 0; i < ${#seeds[@]}; i += SEED_PARALLEL)); do
     # one budget for every run of the batch, fixed before any starts: matched wall-clock seconds
     if [ -n "$TRAIN_MIN" ]; then min=$TRAIN_MIN
     else min=$("$PY" -c "print(round(max(0.2, min(5, ($TRAIN_END_S - $(elapsed) - 120) / 60)), 2))")
     fi
     for ((j = i; j < i + SEED_PARALLEL && j < ${#seeds[@]}; j++)); do
-      train_arm ppo "${seeds[j]}" "$min" &
-      train_arm sft-more "${seeds[j]}" "$min" &
+      for arm in $(arms_of); do train_arm "$arm" "${seeds[j]}" "$min" & done
     done
     wait
   done
@@ -220,84 +266,143 @@ evaluate() {  # label agent: greedy, EVAL_VIRL episodes per split; resumes a cut
     stamp "FAILED or cut: eval $label (logs/eval-$label.log; send STAGE=eval again to resume it)"
   fi
 }
-budgets() {  # the time budgets the runs were given (config.json), e.g. "5.0" or "4.5/5.0" when batches differ
-  "$PY" - "$WORK"/runs/*/config.json <<'PY'
-import json, sys
-print("/".join(sorted({str(json.load(open(f)).get("time_budget_minutes")) for f in sys.argv[1:]})))
-PY
+arm_seeds() {  # arm: the seed lines of a spec, for the seeds whose final eval is complete
+  local seed
+  for seed in $SEEDS; do
+    [ -f "$WORK/eval/$1-s$seed/metrics.json" ] && echo "          $seed: {train: runs/$1-s$seed, eval: eval/$1-s$seed}"
+  done
 }
+min_eps() { [ "$SMOKE" = 1 ] && echo "$1" || echo "$2"; }  # smoke: what it ran; else the standard
 spec() {  # the findings specs, from the run folders that have a final eval (paths relative to WORK)
-  local arm seed f=$WORK/findings/virl.yaml
   { echo "root: .."
     echo "bootstrap: {resamples: 10000, level: 0.95, seed: 0}"
     echo "experiments:"
-    echo "  virl-sft-vs-ppo:"
-    echo "    description: \"V-IRL VL from $INIT_VIRL, intersection_in_text=$IIT, $(budgets) min of training per run (time budget), ratio=$RATIO, critic_warmup=$CRITIC_WARMUP\""
-    echo "    metric: success"
-    echo "    min_episodes: $([ "$SMOKE" = 1 ] && echo "$EVAL_VIRL" || echo 200)"
-    echo "    arms:"
-    for arm in sft-more ppo; do
-      echo "      $arm:"
-      echo "        label: \"$([ $arm = ppo ] && echo "+ PPO (ratio $RATIO)" || echo "+ continued SFT")\""
+    if has_group virl; then
+      echo "  virl-sft-vs-ppo:"
+      echo "    description: \"V-IRL VL from $INIT_VIRL, intersection_in_text=$IIT, $(budgets ppo sft-more) min of training per run (time budget), ratio=$RATIO, critic_warmup=$CRITIC_WARMUP\""
+      echo "    metric: success"
+      echo "    min_episodes: $(min_eps "$EVAL_VIRL" 200)"
+      echo "    arms:"
+      echo "      sft-more:"
+      echo "        label: \"+ continued SFT\""
       echo "        seeds:"
-      for seed in $SEEDS; do
-        [ -f "$WORK/eval/$arm-s$seed/metrics.json" ] \
-          && echo "          $seed: {train: runs/$arm-s$seed, eval: eval/$arm-s$seed}"
-      done
-    done
-  } > "$f"
-  { echo "root: .."
+      arm_seeds sft-more
+      echo "      ppo:"
+      echo "        label: \"+ PPO (ratio $RATIO)\""
+      echo "        seeds:"
+      arm_seeds ppo
+    fi
+    if has_group tvr; then
+      echo "  tvr-sft-grpo:"
+      echo "    description: \"TVR from $INIT_VA / $INIT_AO, vision tower trainable, $(budgets grpo-multi grpo-single) min of training per run (time budget)\""
+      echo "    metric: success"
+      echo "    overall: true"
+      echo "    min_episodes: $(min_eps 1 50)"
+      echo "    arms:"
+      echo "      va-sft-grpo-multi:"
+      echo "        label: \"VA-SFT + multi-turn GRPO\""
+      echo "        seeds:"
+      arm_seeds grpo-multi
+      echo "      ao-sft-grpo-single:"
+      echo "        label: \"AO-SFT + single-turn GRPO\""
+      echo "        seeds:"
+      arm_seeds grpo-single
+    fi
+  } > "$WORK/findings/findings.yaml"
+  { echo "root: .."   # the inits: one greedy evaluation of one model each, so one "seed"
     echo "experiments:"
-    echo "  virl-init:"
-    echo "    description: the SFT initialisation $INIT_VIRL, greedy, evaluated once"
-    echo "    metric: success"
-    echo "    min_episodes: $([ "$SMOKE" = 1 ] && echo "$EVAL_VIRL" || echo 200)"
-    echo "    arms:"
-    echo "      sft-init: {label: SFT initialisation, seeds: {0: {eval: eval/sft-init}}}"
-  } > "$WORK/findings/virl-init.yaml"
+    if has_group virl; then
+      echo "  virl-init:"
+      echo "    description: the SFT initialisation $INIT_VIRL, greedy, evaluated once"
+      echo "    metric: success"
+      echo "    min_episodes: $(min_eps "$EVAL_VIRL" 200)"
+      echo "    arms:"
+      echo "      sft-init: {label: SFT initialisation, seeds: {0: {eval: eval/sft-init}}}"
+    fi
+    if has_group tvr; then
+      echo "  tvr-init:"
+      echo "    description: the SFT baselines $INIT_VA / $INIT_AO, greedy, evaluated once"
+      echo "    metric: success"
+      echo "    overall: true"
+      echo "    min_episodes: $(min_eps 1 50)"
+      echo "    arms:"
+      echo "      va-sft: {label: VA-SFT, seeds: {0: {eval: eval/tvr-va-sft}}}"
+      echo "      ao-sft: {label: AO-SFT, seeds: {0: {eval: eval/tvr-ao-sft}}}"
+    fi
+  } > "$WORK/findings/init.yaml"
+}
+budgets() {  # arm names: the time budgets their runs were given (config.json), e.g. "5.0" or "4.5/5.0"
+  local a; local files=()
+  for a in "$@"; do files+=("$WORK"/runs/"$a"-s*/config.json); done
+  "$PY" - "${files[@]}" <<'PY'
+import json, os, sys
+print("/".join(sorted({str(json.load(open(f)).get("time_budget_minutes")) for f in sys.argv[1:] if os.path.isfile(f)})))
+PY
+}
+curve() {  # experiment key name
+  "${SRL[@]}" findings curves --spec "$WORK/findings/findings.yaml" --experiment "$1" --key "$2" --x gpu_seconds \
+      --title "$1: ${2#eval/} during training (in-training evals)" --out "$WORK/findings/curve-$3.png" "${FEWER[@]}" \
+      >> "$LOGS/findings.log" 2>&1 || { stamp "FAILED: curve $3 (logs/findings.log)"; return 1; }
 }
 findings() {
-  local F=$WORK/findings key split ok=1
+  local F=$WORK/findings split ok=1
+  rm -f "$F"/*   # written afresh from the run folders
   spec
-  "${SRL[@]}" findings collect --spec "$F/virl.yaml" --out "$F/findings.json" "${FEWER[@]}" > "$LOGS/findings.log" 2>&1 \
+  "${SRL[@]}" findings collect --spec "$F/findings.yaml" --out "$F/findings.json" "${FEWER[@]}" > "$LOGS/findings.log" 2>&1 \
     && "${SRL[@]}" findings table --findings "$F/findings.json" --out "$F/table.md" >> "$LOGS/findings.log" 2>&1 \
     || { stamp "FAILED: findings collect/table (logs/findings.log)"; ok=0; }
-  # the init: one greedy evaluation of one model, so one "seed" (--allow-fewer-seeds for this spec only)
-  "${SRL[@]}" findings collect --spec "$F/virl-init.yaml" --out "$F/findings-init.json" --allow-fewer-seeds \
+  "${SRL[@]}" findings collect --spec "$F/init.yaml" --out "$F/findings-init.json" --allow-fewer-seeds \
       >> "$LOGS/findings.log" 2>&1 \
     && "${SRL[@]}" findings table --findings "$F/findings-init.json" --out "$F/table-init.md" >> "$LOGS/findings.log" 2>&1 \
-    || stamp "FAILED: findings of the init (logs/findings.log)"
-  for split in visual-ood rule-ood in-dist; do
-    key=eval/$split/success_rate
-    "${SRL[@]}" findings curves --spec "$F/virl.yaml" --experiment virl-sft-vs-ppo --key "$key" --x gpu_seconds \
-        --title "V-IRL $split success during training (in-training eval, $IN_EVAL episodes)" \
-        --out "$F/curve-$split.png" "${FEWER[@]}" >> "$LOGS/findings.log" 2>&1 \
-      || { stamp "FAILED: curve $split (logs/findings.log)"; ok=0; }
-  done
+    || { stamp "FAILED: findings of the inits (logs/findings.log)"; ok=0; }
+  if has_group virl; then
+    for split in visual-ood rule-ood in-dist; do curve virl-sft-vs-ppo "eval/$split/success_rate" "virl-$split" || ok=0; done
+  fi
+  has_group tvr && { curve tvr-sft-grpo eval/overall/success_rate tvr-overall || ok=0; }
   if [ "$ok" = 1 ]; then
-    cp "$F/findings.json" "$OUT/findings.json"
-    cat "$F/table.md" "$F/table-init.md" > "$OUT/table.md" 2>/dev/null
-    cp "$F"/curve-*.png "$OUT/" 2>/dev/null
+    cp "$F/findings.json" "$OUT/"   # findings-init.json is in findings.tar.gz (<= 8 files in $OUT)
+    cat "$F/table.md" "$F/table-init.md" > "$OUT/table.md"
+    cp "$F"/curve-*.png "$OUT/"
     cat "$OUT/table.md" >> "$OUT/timeline.txt"
     stamp "findings written"
   fi
 }
+evaluate_tvr() {  # label agent memory: greedy, EVAL_TVR episodes of the eval split (round-robin over categories)
+  local label=$1 agent=$2
+  [ -f "$WORK/eval/$label/metrics.json" ] && return 0
+  if timeout "$(left)" "${SRL[@]}" eval --task tvr --agent "$agent" --data "$BENCH" --split eval --limit "$EVAL_TVR" \
+      --set memory="$3" --set width=$TW --set height=$TH --out "$WORK/eval/$label" --no-report \
+      --batch-size "$EVAL_TVR" --max-new-tokens 32 --label "$label" >> "$LOGS/eval-$label.log" 2>&1; then
+    stamp "eval $label done"
+  else
+    stamp "FAILED or cut: eval $label (logs/eval-$label.log; send STAGE=eval again to resume it)"
+  fi
+}
 stage_eval() {
-  local arm seed m missing=0
-  eval_cities
-  evaluate sft-init "$INIT_VIRL" &
+  local arm seed m label missing=0 labels=()
+  has_group virl && eval_cities &
+  has_group tvr && tvr_bench &
+  wait
+  if has_group virl; then evaluate sft-init "$INIT_VIRL" & labels+=(sft-init); fi
+  if has_group tvr; then
+    evaluate_tvr tvr-va-sft "$INIT_VA" va &
+    evaluate_tvr tvr-ao-sft "$INIT_AO" ao &
+    labels+=(tvr-va-sft tvr-ao-sft)
+  fi
   for seed in $SEEDS; do
-    for arm in sft-more ppo; do
+    for arm in $(arms_of); do
+      labels+=("$arm-s$seed")
       m=$(model_of "$arm-s$seed")
-      if [ -n "$m" ]; then evaluate "$arm-s$seed" "hf:$m" &
-      else stamp "no final model for $arm-s$seed: not evaluated (train it: STAGE=train)"
-      fi
+      if [ -z "$m" ]; then stamp "no final model for $arm-s$seed: not evaluated (train it: STAGE=train)"; continue; fi
+      case $arm in
+        grpo-multi) evaluate_tvr "$arm-s$seed" "hf:$m" va & ;;
+        grpo-single) evaluate_tvr "$arm-s$seed" "hf:$m" ao & ;;
+        *) evaluate "$arm-s$seed" "hf:$m" & ;;
+      esac
     done
   done
   wait
-  for label in sft-init $(for seed in $SEEDS; do echo "sft-more-s$seed ppo-s$seed"; done); do
-    [ -f "$WORK/eval/$label/metrics.json" ] || missing=$((missing + 1))
-  done
+  for label in "${labels[@]}"; do [ -f "$WORK/eval/$label/metrics.json" ] || missing=$((missing + 1)); done
   if [ "$missing" = 0 ]; then findings
   else stamp "$missing evaluation(s) not complete: send STAGE=eval again (they resume), then the findings are written"
   fi
