@@ -1,7 +1,7 @@
-"""What every benchmark records beside its numbers: the machine and the git commit it ran on.
+"""What every benchmark records beside its numbers (the machine and the git commit it ran on), and where.
 
 Benchmarks are run as scripts (`python benchmarks/<name>.py`), so this folder is on `sys.path` and
-they `from common import machine, git_commit`.
+they `from common import machine, git_commit, write_results`.
 """
 
 from __future__ import annotations
@@ -35,3 +35,13 @@ def git_commit() -> str | None:
                               cwd=Path(__file__).parent).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+def write_results(out_dir: str | Path, name: str, tag: str | None, result: dict) -> Path:
+    """``result`` as ``OUT_DIR/<name>-<host>[-<tag>].json``, written atomically; prints and returns the path."""
+    from spatialrl.io import atomic_write_json
+
+    out = Path(out_dir) / f"{name}-{platform.node() or 'machine'}{f'-{tag}' if tag else ''}.json"
+    atomic_write_json(out, result)
+    print(f"wrote {out}")
+    return out

@@ -19,13 +19,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from common import git_commit, machine  # noqa: E402  (benchmarks/ is on sys.path)
+from common import git_commit, machine, write_results  # noqa: E402  (benchmarks/ is on sys.path)
 
 from spatialrl.agents.random import RandomPolicy
 from spatialrl.envs.registry import get_suite
@@ -87,12 +86,7 @@ def main() -> None:
               "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "git_commit": git_commit(),
               "device": device, "cache": "off", "agent": "random", "memory": "ao",
               "episodes_per_run": len(episodes), "rows": rows}
-    tag = f"-{args.tag}" if args.tag else ""
-    out = Path(args.out) / f"tvr_runner_speed-{platform.node() or 'machine'}{tag}.json"
-    from spatialrl.io import atomic_write_json
-
-    atomic_write_json(out, result)
-    print(f"wrote {out}")
+    write_results(args.out, "tvr_runner_speed", args.tag, result)
 
 
 if __name__ == "__main__":

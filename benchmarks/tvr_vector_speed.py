@@ -23,13 +23,12 @@ import argparse
 import datetime as dt
 import math
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from common import git_commit, machine  # noqa: E402  (benchmarks/ is on sys.path)
+from common import git_commit, machine, write_results  # noqa: E402  (benchmarks/ is on sys.path)
 
 from spatialrl.envs.tvr.bench import BenchConfig, make_bench
 from spatialrl.envs.tvr.env import TVREnv
@@ -137,12 +136,7 @@ def main() -> None:
         "vector_buffers_mb_per_1000_envs": {f"{w}x{h}": 2 * w * h * 3 * 1000 / 2**20 for w, h in sizes},
         "rows": rows,
     }
-    tag = f"-{args.tag}" if args.tag else ""
-    out = Path(args.out) / f"tvr_vector_speed-{platform.node() or 'machine'}{tag}.json"
-    from spatialrl.io import atomic_write_json
-
-    atomic_write_json(out, result)
-    print(f"wrote {out}")
+    write_results(args.out, "tvr_vector_speed", args.tag, result)
 
 
 if __name__ == "__main__":
