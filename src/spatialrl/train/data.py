@@ -20,17 +20,27 @@ On disk (``format: spatialrl-sft/1``)::
 
     DIR/meta.json       what was built and how (task, options, seed, counts, command)
     DIR/samples.jsonl   {"id", "episode_id", "category", "turns", "messages"} per line; image parts
-                        are {"type": "image", "image": "images/<sha256>.png"}
+                        are {"type": "image", "image": "images/<sha256>.png"}; rows built with
+                        labels="all_optimal" also carry "n_labels" (k, the size of the state's set of
+                        optimal answers) and "weight" (1/k)
     DIR/images/*.png    each distinct image once (content-addressed: a target view shared by every
                         step of an episode is stored once)
 
 The folder is built under a temporary name and renamed when complete, so a killed build never leaves
 a dataset that looks finished. Same task data + options + seed → the same bytes.
+
+``weight`` (optional, a finite number > 0; 1.0 where absent) scales a sample's summed token
+cross-entropy *and* its token count in the SFT loss (:func:`spatialrl.train.sft.token_loss`). The k
+samples of an all-optimal state weigh 1/k each, so the state counts once and its loss is the
+cross-entropy against the uniform distribution over its k optimal answers. Rows without it (expert
+labels) train exactly as before. A dataset with no weighted row has no weights at all: the trainer
+then takes its unweighted path.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from collections.abc import Callable
@@ -140,7 +150,7 @@ def episode_samples(episode: _Episode, mode: SampleMode) -> list[dict[str, Any]]
     base = {"episode_id": spec.episode_id, "category": spec.category}
     if episode.label_sets is not None:  # one sample per optimal answer (the image files are shared)
         return [{"id": f"{spec.episode_id}/t{t:03d}/a{k}", **base, "turns": [t], "n_labels": len(labels),
-                 "messages": [*conv, _assistant(label)]}
+                 "weight": 1.0 / len(labels), "messages": [*conv, _assistant(label)]}
                 for t, ((conv, _), labels) in enumerate(zip(turns, episode.label_sets, strict=True))
                 for k, label in enumerate(labels)]
     if mode == "episode" or (mode == "auto" and growing and len(turns) > 1):
@@ -254,7 +264,8 @@ def build_sft_dataset(
     samples of its turns so far and is listed in ``episodes_agent_errors``.
 
     ``labels="all_optimal"`` (TVR) writes one sample per optimal action of each state instead of the
-    expert's single tie-broken one (``n_labels`` on each row = the size of that state's set).
+    expert's single tie-broken one (``n_labels`` on each row = the size k of that state's set, ``weight`` =
+    1/k so the trainer counts the state once).
 
     Noise, roll-in and all-optimal labels need single-turn prompts (:func:`check_single_turn`) and the
     plain expert's answers (no CoT, no ``samples="episode"``).
@@ -373,6 +384,7 @@ def merge_sft_datasets(sources: list[str | Path], out: str | Path, overwrite: bo
     """One dataset from several (e.g. shards built in parallel processes, on different cities or benches).
 
     Samples keep their order, source by source; a sample id seen before gets the ``<source index>:`` prefix.
+    Rows are copied whole, so a sample's ``weight`` is kept (rows of an unweighted source read as 1.0).
     Images are content-addressed, so the union of the ``images/`` folders is exact (hard links where the
     file system allows). Built under a temporary name and renamed, like ``build_sft_dataset``.
     """
@@ -417,6 +429,24 @@ def merge_sft_datasets(sources: list[str | Path], out: str | Path, overwrite: bo
     return meta
 
 
+def sample_weights(rows: list[dict[str, Any]], path: str | Path) -> list[float] | None:
+    """Every row's ``weight`` (1.0 where absent), or None when no row has one (an unweighted dataset).
+
+    Raises :class:`DataError` naming ``path``, the line and the field for a weight that is not a finite
+    number > 0.
+    """
+    if not any("weight" in row for row in rows):
+        return None
+    out = []
+    for i, row in enumerate(rows):
+        value = row.get("weight", 1.0)
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+        if not ok:
+            raise DataError(f"{path}:{i + 1}: field 'weight' is {value!r}, expected a finite number > 0")
+        out.append(float(value))
+    return out
+
+
 @lru_cache(maxsize=4)
 def _rows_of(root: str) -> list[dict[str, Any]]:
     return list(read_jsonl(Path(root) / "samples.jsonl"))
@@ -439,7 +469,9 @@ class SFTDataset:
     """A dataset folder as a map-style dataset (works with ``torch.utils.data.DataLoader``).
 
     ``dataset[i]`` is ``{"id", "episode_id", "category", "turns", "messages"}`` with image parts loaded
-    back to uint8 HxWx3 arrays (PNG is lossless: the arrays equal what the env rendered).
+    back to uint8 HxWx3 arrays (PNG is lossless: the arrays equal what the env rendered). In a weighted
+    dataset (some row has ``weight``, see the module docstring) every sample also has ``"weight"`` (1.0
+    where its row has none); ``weights`` is the list of them, None for an unweighted dataset.
     """
 
     def __init__(self, root: str | Path):
@@ -465,6 +497,7 @@ class SFTDataset:
                 for part in message.get("content", []):
                     if part.get("type") == "image" and not (self.root / part["image"]).is_file():
                         raise DataError(f"{path}:{i + 1}: image {part['image']!r} not found in {self.root}")
+        self.weights = sample_weights(self.rows, path)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -488,4 +521,7 @@ class SFTDataset:
                 else:
                     content.append(dict(part))
             messages.append({"role": message["role"], "content": content})
-        return {**{k: v for k, v in row.items() if k != "messages"}, "messages": messages}
+        sample = {**{k: v for k, v in row.items() if k != "messages"}, "messages": messages}
+        if self.weights is not None:
+            sample["weight"] = self.weights[index]
+        return sample

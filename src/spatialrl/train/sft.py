@@ -13,7 +13,13 @@ What one optimiser update does:
 3. loss = Σ token cross-entropy / (assistant tokens in the *whole* update, all processes): every
    supervised token weighs the same whether it sits in a short V-IRL answer or a 30-turn TVR chat
    (a per-micro-batch mean would over-weight short samples). The ``× processes × grad_accum`` factor
-   undoes the averaging that DDP/DeepSpeed and ``accelerator.backward`` apply;
+   undoes the averaging that DDP/DeepSpeed and ``accelerator.backward`` apply. In a weighted dataset
+   (rows with ``weight``, e.g. ``--labels all_optimal``: 1/k on each of a state's k samples) sample i's
+   cross-entropy sum *and* its token count are scaled by w_i, so a state counts once and its loss is
+   the cross-entropy against the uniform distribution over its k answers; an unweighted dataset takes
+   the unweighted path unchanged (bit-identical). Logged ``train/loss``, ``train/token_accuracy`` and
+   ``heldout/*`` are then weighted means (``heldout/tokens`` a weighted count); ``train/tokens_per_s``
+   counts real tokens;
 4. clip, step AdamW and the warmup + cosine schedule; log; maybe score held-out data, run closed-loop
    evaluation through the eval runner with an ``HFPolicy`` on the in-training model, and checkpoint.
 
@@ -41,28 +47,60 @@ from spatialrl.train.run import Run
 
 # ------------------------------------------------------------------------------------------ pieces
 class Collator:
-    """Samples → model inputs with assistant-only labels (runs in DataLoader workers)."""
+    """Samples → model inputs with assistant-only labels (runs in DataLoader workers).
+
+    When a sample carries ``weight`` (a weighted dataset, see :mod:`spatialrl.train.data`) the batch also
+    has ``sample_weight``, float32 of shape [batch] (1.0 for a sample without one); else no such key.
+    """
 
     def __init__(self, processor: Any, model_type: str, max_length: int | None):
         self.processor, self.model_type, self.max_length = processor, model_type, max_length
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        return encode_conversations(self.processor, [s["messages"] for s in samples], model_type=self.model_type,
-                                    max_length=self.max_length, names=[str(s["id"]) for s in samples])
+        batch = encode_conversations(self.processor, [s["messages"] for s in samples], model_type=self.model_type,
+                                     max_length=self.max_length, names=[str(s["id"]) for s in samples])
+        if any("weight" in s for s in samples):
+            batch["sample_weight"] = torch.tensor([float(s.get("weight", 1.0)) for s in samples], dtype=torch.float32)
+        return batch
+
+
+def supervised_tokens(batch: dict[str, torch.Tensor]) -> tuple[float, int]:
+    """(weighted, real) number of assistant tokens the loss sees in ``batch`` (next-token shift): the
+    weighted count is Σ_i w_i·tokens_i with ``sample_weight``, else the real count."""
+    per_sample = (batch["labels"][:, 1:] != IGNORE_INDEX).sum(dim=1)
+    real = int(per_sample.sum())
+    weight = batch.get("sample_weight")
+    if weight is None:
+        return float(real), real
+    return float((per_sample.double() * weight.double()).sum()), real
 
 
 def token_loss(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(Σ cross-entropy, #tokens, #argmax-correct) over the batch's assistant tokens (next-token shift)."""
+    """(Σ cross-entropy, #tokens, #argmax-correct) over the batch's assistant tokens (next-token shift).
+
+    With ``sample_weight`` (w_i, never passed to the model) all three are weighted: Σ_i w_i Σ_tokens CE,
+    Σ_i w_i·tokens_i (float64, as :func:`supervised_tokens`) and Σ_i w_i·correct_i.
+    """
     labels = batch["labels"]
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    weight = batch.get("sample_weight")
+    inputs = {k: v for k, v in batch.items() if k not in ("labels", "sample_weight")}
     logits = model(**inputs, use_cache=False).logits
     targets = labels[:, 1:]
     mask = targets != IGNORE_INDEX
     picked = logits[:, :-1][mask].float()  # (n_tokens, vocab)
     gold = targets[mask]
-    loss_sum = F.cross_entropy(picked, gold, reduction="sum")
-    correct = (picked.argmax(dim=-1) == gold).sum()
-    return loss_sum, mask.sum(), correct
+    if weight is None:
+        loss_sum = F.cross_entropy(picked, gold, reduction="sum")
+        correct = (picked.argmax(dim=-1) == gold).sum()
+        return loss_sum, mask.sum(), correct
+    per_token = weight.float()[:, None].expand_as(mask)[mask]  # w_i of each supervised token
+    # cross_entropy is log_softmax then nll_loss; summing w·log p(gold) through nll_loss's own reduction
+    # keeps all-ones weights bit-identical to the unweighted sum (``(ce * w).sum()`` adds in another order)
+    gold_logp = F.log_softmax(picked, dim=-1).gather(1, gold[:, None])  # (n_tokens, 1)
+    loss_sum = F.nll_loss(gold_logp * per_token[:, None], torch.zeros_like(gold), reduction="sum")
+    correct = ((picked.argmax(dim=-1) == gold).float() * per_token).sum()
+    count = (mask.sum(dim=1).double() * weight.double()).sum()
+    return loss_sum, count, correct
 
 
 def micro_batches(n_samples: int, seed: int, batch_size: int, world: int, rank: int, start: int, stop: int):
@@ -205,9 +243,11 @@ def train(cfg: SFTConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
             break
         lr = set_lr(step, now)
         group = [{k: v.to(acc.device) for k, v in next(batches).items()} for _ in range(G)]
-        local = torch.tensor(sum(int((b["labels"][:, 1:] != IGNORE_INDEX).sum()) for b in group),
-                             device=acc.device, dtype=torch.float64)
-        update_tokens = acc.reduce(local, reduction="sum").clamp(min=1.0)
+        counts = [supervised_tokens(b) for b in group]  # (weighted, real): equal without sample weights
+        local = torch.tensor([sum(c[0] for c in counts), sum(c[1] for c in counts)], device=acc.device,
+                             dtype=torch.float64)
+        update_tokens, real_tokens = acc.reduce(local, reduction="sum").unbind()
+        update_tokens = update_tokens.clamp(min=1.0)
         stats = torch.zeros(3, device=acc.device, dtype=torch.float64)
         for i, batch in enumerate(group):
             with run.micro_step(last=i == G - 1):
@@ -221,6 +261,7 @@ def train(cfg: SFTConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
         stats = acc.reduce(stats, reduction="sum").tolist()
         for key, value in zip(("loss", "tokens", "correct"), stats, strict=True):
             window[key] += value
+        window["real_tokens"] += real_tokens.item()
         window["samples"] += cfg.per_device_batch_size * world * G
 
         ending = run.is_last(step, total_updates)
@@ -249,8 +290,8 @@ def train(cfg: SFTConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
 
 
 def new_window() -> dict[str, float]:
-    """Sums over the updates since the last log line."""
-    return {"loss": 0.0, "tokens": 0.0, "correct": 0.0, "samples": 0, "t0": time.perf_counter()}
+    """Sums over the updates since the last log line (``tokens`` weighted as the loss, ``real_tokens`` not)."""
+    return {"loss": 0.0, "tokens": 0.0, "correct": 0.0, "real_tokens": 0.0, "samples": 0, "t0": time.perf_counter()}
 
 
 def window_metrics(window: dict[str, float], lr: float, epoch: float, grad_norm: float | None) -> dict[str, float]:
@@ -259,7 +300,7 @@ def window_metrics(window: dict[str, float], lr: float, epoch: float, grad_norm:
            "train/token_accuracy": window["correct"] / max(1.0, window["tokens"]),
            "train/lr": lr, "train/epoch": epoch,
            "train/samples_per_s": window["samples"] / max(dt, 1e-9),
-           "train/tokens_per_s": window["tokens"] / max(dt, 1e-9)}
+           "train/tokens_per_s": window.get("real_tokens", window["tokens"]) / max(dt, 1e-9)}
     if grad_norm is not None:
         out["train/grad_norm"] = grad_norm
     return out

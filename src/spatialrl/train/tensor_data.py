@@ -17,6 +17,8 @@ image settings, so a different model never reads stale ids)::
     images.npy   uint8  (n_images, H, W, 3), each distinct image once, already at the processor's size
     image_ref.npy int32 the images of sample i are images[image_ref[image_offsets[i]:image_offsets[i+1]]]
     image_offsets.npy int64
+    weights.npy  float32 every sample's ``weight`` (1.0 where its row has none), only for a weighted
+                 dataset (see :mod:`spatialrl.train.data`); batches then carry ``sample_weight``
     meta.json    counts, sizes, key; written last (a folder without it is incomplete and rebuilt)
 
 Scope: the Qwen2-VL / Qwen2.5-VL families (the built-in model's), whose pixel layout is rebuilt on the
@@ -238,15 +240,21 @@ def compile_dataset(root: str | Path, processor: Any, model_type: str, model_pat
     if model_type not in FAMILIES:
         raise DataError(f"data.engine=tensor supports the {', '.join(FAMILIES)} families, not {model_type!r}; "
                         "use data.engine=collator")
-    from spatialrl.train.data import SFTDataset
+    from spatialrl.train.data import SFTDataset, sample_weights
 
     root = Path(root)
     key = processor_key(processor)
     out = root / f"tensors-{key}"
     if (out / "meta.json").is_file():
+        if "weighted" not in json.loads((out / "meta.json").read_text(encoding="utf-8")):
+            # compiled before sample weights existed: add weights.npy if the dataset has weights
+            weights = sample_weights(SFTDataset.rows_of(root), root / "samples.jsonl")
+            if weights is not None and not (out / "weights.npy").is_file():
+                _save_weights(out, weights)
         return out
-    token_types = _emits_token_types(processor)  # also refuses processors whose outputs we do not rebuild
     rows = SFTDataset.rows_of(root)
+    weights = sample_weights(rows, root / "samples.jsonl")
+    token_types = _emits_token_types(processor)  # also refuses processors whose outputs we do not rebuild
     chunks = [list(range(s, min(s + chunk, len(rows)))) for s in range(0, len(rows), chunk)]
     if workers > 0 and len(chunks) > 1:
         with tempfile.TemporaryDirectory() as saved:
@@ -288,13 +296,23 @@ def compile_dataset(root: str | Path, processor: Any, model_type: str, model_pat
         np.save(tmp / "image_ref.npy", np.asarray([r for rs in refs for r in rs], dtype=np.int32))
         np.save(tmp / "image_offsets.npy",
                 np.concatenate([[0], np.cumsum([len(r) for r in refs])]).astype(np.int64))
+        if weights is not None:
+            np.save(tmp / "weights.npy", np.asarray(weights, dtype=np.float32))
         atomic_write_json(tmp / "meta.json", {"format": FORMAT, "key": key, "samples": len(ids),
                                               "tokens": int(sum(len(x) for x in ids)),
                                               "images": len(image_arrays), "image_shape": list(first),
                                               "image_token_id": int(processor.image_token_id),
                                               "mm_token_type_ids": token_types,
+                                              "weighted": weights is not None,
                                               "image_settings": image_settings(processor)})
     return out
+
+
+def _save_weights(folder: Path, weights: list[float]) -> None:
+    """Write ``weights.npy`` into a finished compiled folder (temporary name, then rename)."""
+    tmp = folder / f".weights-{os.getpid()}.npy"
+    np.save(tmp, np.asarray(weights, dtype=np.float32))
+    os.replace(tmp, folder / "weights.npy")
 
 
 # ------------------------------------------------------------------------------------------ batching
@@ -303,7 +321,8 @@ class TensorBatcher:
 
     ``batch`` gives ``input_ids`` / ``attention_mask`` / ``labels`` right-padded to the longest sample,
     ``pixel_values`` and ``image_grid_thw`` — the same tensors as
-    :class:`spatialrl.train.sft.Collator` (ids and labels equal, pixels equal to float rounding).
+    :class:`spatialrl.train.sft.Collator` (ids and labels equal, pixels equal to float rounding), and
+    ``sample_weight`` (float32, [batch]) when the folder has ``weights.npy``.
     """
 
     def __init__(self, folder: str | Path, pad_token_id: int, device: str | torch.device = "cpu"):
@@ -320,6 +339,7 @@ class TensorBatcher:
 
         self.ids, self.labels, self.offsets = load("ids"), load("labels"), load("offsets")
         self.images, self.image_ref, self.image_offsets = load("images"), load("image_ref"), load("image_offsets")
+        self.weights = load("weights") if (folder / "weights.npy").is_file() else None
         self.lengths = self.offsets[1:] - self.offsets[:-1]
         self.pad = int(pad_token_id)
 
@@ -338,6 +358,8 @@ class TensorBatcher:
         out = {"input_ids": ids, "attention_mask": valid.long(), "labels": labels}
         if self.meta.get("mm_token_type_ids"):
             out["mm_token_type_ids"] = (ids == self.meta["image_token_id"]).long()
+        if self.weights is not None:
+            out["sample_weight"] = self.weights[idx]
         starts, ends = self.image_offsets[idx], self.image_offsets[idx + 1]
         counts = ends - starts
         if int(counts.sum()) > 0:
