@@ -122,7 +122,7 @@ def data_sft_command(
     max_new_tokens: Annotated[int | None, typer.Option(
         help="With --roll-in: the agent's answer budget (default: the model's recorded setting, else 256).")] = None,
     labels: Annotated[str, typer.Option(
-        help="expert (one tie-broken label per state) | all_optimal (TVR: one sample per optimal action).")] = "expert",
+        help="expert (one tie-broken label per state) | all_optimal (TVR: one sample per optimal action, each weighted 1/k so a state counts once).")] = "expert",
     memory: Annotated[str | None, typer.Option("--memory", hidden=True, help="Old spelling of --set memory=...")] = None,
     force: Annotated[bool, typer.Option("--force", hidden=True, help="Old spelling of --overwrite.")] = False,
 ) -> None:
