@@ -30,7 +30,8 @@
 # STAGE=eval: held-out data never used in training — the TVR bench of seed 0 (its eval split: 50 tasks
 #   per category, scenes of their own), a metro city of seed 7 (in-dist, rule-OOD) and a hillside city of
 #   seed 8 (visual-OOD) — then `spatialrl eval` of expert, random and the three models at their shipped
-#   settings, and benchmarks/sft_speed.py; results → $OUT/results.tar.gz.
+#   settings, benchmarks/sft_speed.py and benchmarks/vision_learnability.py (the shipped TVR size learning
+#   second-image colour and 4x4-pattern identity: does it learn to compare frames?); results → $OUT/results.tar.gz.
 set -uo pipefail
 
 OUT=${OUT:?set OUT to the output folder}
@@ -271,6 +272,15 @@ stage_eval() {
         > "$WORK/eval/probe-$name.json" 2> "$LOGS/probe-$name.log" \
         && stamp "probe $name done" || stamp "FAILED: probe $name (logs/probe-$name.log)"; } &
   done
+  if [ "${LEARN_BENCH:-1}" = 1 ]; then  # can the shipped architecture learn to compare two frames? (issue 19)
+    local learn=(--config "$ROOT/configs/sft/tvr_ao_small.yaml" --size "${W}x$H" --device cuda
+                 --tasks second,same_pattern --steps 3000 --eval-every 100)
+    [ "$SMOKE" = 1 ] && learn=(--preset tiny --size "${W}x$H" --device cpu --tasks second --steps 20 --eval-every 10)
+    # partial results are written after every task, so the timeout keeps what finished
+    (cd "$ROOT/benchmarks" && timeout "${LEARN_BENCH_TIMEOUT:-300}" "$PY" vision_learnability.py "${learn[@]}" \
+        --tag shipped-size --out "$WORK/eval" > "$LOGS/vision_learnability.log" 2>&1) \
+      && stamp "vision_learnability done" || stamp "vision_learnability stopped (logs/vision_learnability.log)" &
+  fi
   wait
   validating && select_ao
   if [ "${VECTOR_BENCH:-1}" = 1 ]; then  # issue 21's rows on this machine (single env vs TVRVectorEnv)
