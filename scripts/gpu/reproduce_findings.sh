@@ -27,12 +27,26 @@
 #   many for one GPU's 16 cores), from builtin:tvr-va-sft / builtin:tvr-ao-sft (INIT_VA, INIT_AO):
 #     grpo-multi   VA-SFT + multi-turn GRPO on live rollouts of the bench's rl split (tvr_multi_small.yaml)
 #     grpo-single  AO-SFT + single-turn GRPO on per-step expert prompts of its sft split (tvr_single_small.yaml)
-#   both with the vision tower trainable (--model.freeze_vision=false: the issue's standard), the same
-#   time budget per run, SEEDS; the two inits are the AO-SFT / VA-SFT baselines (evaluated once, greedy).
+#     cot-sft      TVRBench's CoT-SFT arm. No built-in model was trained with chain of thought, so here it is
+#                  VA-SFT + continued SFT on chain-of-thought expert trajectories of the bench's sft split
+#                  (`spatialrl data sft --task tvr --cot`: templated thoughts from the pose difference,
+#                  envs/tvr/thoughts.py; VA memory, TW x TH frames; COT_EPISODES episodes, built in the data
+#                  stage), configs/sft/tvr_va_small.yaml at COT_LR; evaluated with the CoT prompt (cot=true)
+#                  and an answer budget of COT_TOKENS (a thought + the action; the others get 32)
+#     grpo-anchored  beyond the papers: grpo-multi exactly (same init, recipe, tasks per update, evals) plus
+#                  GiGPO-style pose-anchored step credit (--pose_anchored=true: steps taken from the same pose
+#                  across a task's G trajectories form step groups, A = A_traj + step_weight * A_step).
+#                  grpo-multi vs grpo-anchored is pose-anchored step credit vs plain trajectory GRPO at equal
+#                  compute: both get the same time budget and the same tasks per update (MULTI_TASKS x
+#                  group_size trajectories), and `findings collect` reports the samples (env steps) each
+#                  run used, so the table shows whether they also saw equal samples
+#   all with the vision tower trainable (GRPO: --model.freeze_vision=false, the issue's standard; SFT trains
+#   every weight), the same time budget per run, SEEDS; the two inits are the AO-SFT / VA-SFT baselines
+#   (evaluated once, greedy).
 #   Evaluated on EVAL_TVR episodes of the eval split (default 200 = 50 per category, round-robin; the
 #   bench of seed 0: its eval scenes are disjoint from its rl / sft scenes, the inits were trained on
 #   benches 101-108). Bench: TVR_BENCH (default runs/gpu-inputs/tvr-bench as in reproduce_rl.sh), else
-#   built into WORK. Not done: CoT-SFT (no built-in CoT model) and the pose-anchored GRPO arm.
+#   built into WORK. All four arms of a seed train side by side (8 runs at once for 2 seeds).
 #
 # On one H200, as commands of at most 10 minutes on a warm machine (WORK persists between commands only
 # while the machine stays warm; every stage skips what WORK already holds, so a command cut short is
@@ -53,7 +67,8 @@
 # the time budget ends the run), IN_EVAL, PPO_EVAL_EVERY (2), SFT_EVAL_EVERY (150), VIRL_EPISODES (expert
 # episodes for sft-more, 1000), EVAL_BATCH. TVR: EVAL_TVR (200), IN_EVAL_TVR (8), GRPO_LR (1e-4),
 # MULTI_TASKS (8), MULTI_EVERY / SINGLE_EVERY (in-training eval every 4 / 25 GRPO updates), TVR_BENCH,
-# INIT_VA, INIT_AO.
+# INIT_VA, INIT_AO, COT_EPISODES (CoT expert episodes of the sft split, 400), COT_LR (1e-4), COT_TOKENS
+# (answer budget with a thought, 128), COT_EVERY (cot-sft's in-training eval every N SFT steps, 100).
 #
 # $OUT gets: timeline.txt; findings.tar.gz (runs/<arm>-s<seed>/ config, metrics.jsonl, summary and the
 # in-training eval folders; eval/<label>/ metrics.json, episodes.jsonl, run.json; findings/ the specs,
@@ -82,8 +97,11 @@ if [ "$SMOKE" = 1 ]; then
   PPO_SIZE=(--num_envs=2 --num_steps=4 --micro_batch_size=2 --grad_accum=1 --epochs=1 --sampling.max_new_tokens=96)
   SFT_SIZE=(--per_device_batch_size=2 --data.num_workers=0 --logging.every=1)
   FEWER=(--allow-fewer-seeds)
-  EVAL_TVR=${EVAL_TVR:-4}; IN_EVAL_TVR=${IN_EVAL_TVR:-4}; TW=112; TH=64; MULTI_TASKS=${MULTI_TASKS:-2}
-  MULTI_EVERY=${MULTI_EVERY:-1}; SINGLE_EVERY=${SINGLE_EVERY:-1}
+  EVAL_TVR=${EVAL_TVR:-4}; IN_EVAL_TVR=${IN_EVAL_TVR:-2}; TW=112; TH=64; MULTI_TASKS=${MULTI_TASKS:-2}
+  # episodes of at most 6 turns in rollouts and evals (not in the expert data): a CPU-sized rehearsal
+  TVR_CAP=", max_steps_single: 6, max_steps_multi: 6"; TVR_CAP_SET=(--set max_steps_single=6 --set max_steps_multi=6)
+  MULTI_EVERY=${MULTI_EVERY:-1}; SINGLE_EVERY=${SINGLE_EVERY:-1}; COT_EPISODES=${COT_EPISODES:-4}
+  COT_EVERY=${COT_EVERY:-2}
   GRPO_SIZE=(--group_size=2 --mini_batches=1 --micro_batch_size=4 --single.expert_episodes=4
              --single.prompts_per_update=2 --action_match.episodes=2)
   BENCH_ARGS=(--sizes "eval=4,sft=4,rl=4,diag_rotate=0,diag_move=0" --scenes "sft=1,eval=1,rl=1")
@@ -97,15 +115,18 @@ else
   SFT_SIZE=(--logging.every=25)
   FEWER=()
   EVAL_TVR=${EVAL_TVR:-200}; IN_EVAL_TVR=${IN_EVAL_TVR:-8}; TW=280; TH=168; MULTI_TASKS=${MULTI_TASKS:-8}
-  MULTI_EVERY=${MULTI_EVERY:-4}; SINGLE_EVERY=${SINGLE_EVERY:-25}
+  MULTI_EVERY=${MULTI_EVERY:-4}; SINGLE_EVERY=${SINGLE_EVERY:-25}; COT_EPISODES=${COT_EPISODES:-400}
+  COT_EVERY=${COT_EVERY:-100}
   GRPO_SIZE=(--single.expert_episodes=200)
+  TVR_CAP=""; TVR_CAP_SET=()   # the env's own turn limits (30 single-room, 40 multi-room)
   BENCH_ARGS=()
 fi
 ARMS=${ARMS:-virl}
 has_group() { [[ " $ARMS " == *" $1 "* ]]; }
 for g in $ARMS; do [ "$g" = virl ] || [ "$g" = tvr ] || { echo "ARMS: groups are virl and tvr, got $g" >&2; exit 2; }; done
-arms_of() { has_group virl && echo "ppo sft-more"; has_group tvr && echo "grpo-multi grpo-single"; }
+arms_of() { has_group virl && echo "ppo sft-more"; has_group tvr && echo "grpo-multi grpo-single grpo-anchored cot-sft"; }
 INIT_VA=${INIT_VA:-builtin:tvr-va-sft}; INIT_AO=${INIT_AO:-builtin:tvr-ao-sft}; GRPO_LR=${GRPO_LR:-1e-4}
+COT_LR=${COT_LR:-1e-4}; COT_TOKENS=${COT_TOKENS:-128}   # 1e-4: a tenth of the VA-SFT's peak, as GRPO_LR
 BENCH=${TVR_BENCH:-$ROOT/runs/gpu-inputs/tvr-bench}
 [ -f "$BENCH/bench.json" ] || BENCH=$WORK/data/tvr-bench
 GRID=$W_GRID   # the grid the built-in model was trained at (train_builtin.sh)
@@ -114,7 +135,7 @@ VISION_REQUIRED=${VISION_REQUIRED:-1}; IIT=$([ "$VISION_REQUIRED" = 1 ] && echo 
 RATIO=${RATIO:-sequence}; CRITIC_WARMUP=${CRITIC_WARMUP:-0}; INIT_VIRL=${INIT_VIRL:-builtin:virl-sft}
 PPO_LR=${PPO_LR:-1e-5}; SFT_LR=${SFT_LR:-1e-4}; PPO_UPDATES=${PPO_UPDATES:-100}; RL_DTYPE=${RL_DTYPE:-auto}
 CITY=$WORK/data/city-train; EVAL_CITY=$WORK/data/city-eval; OOD_CITY=$WORK/data/city-eval-hillside
-DATA=$WORK/data/virl-sft-more
+DATA=$WORK/data/virl-sft-more; COT_DATA=$WORK/data/tvr-cot-sft
 
 pack() {  # everything worth keeping, into one file (the device tool returns at most 8)
   local p=$WORK/pack
@@ -139,7 +160,7 @@ trap 'stamp "SIGTERM: stopping"; exit 143' TERM
 
 left() { echo $(( END_S - $(elapsed) > 10 ? END_S - $(elapsed) : 10 )); }
 stamp "stage=$STAGE arms=$ARMS smoke=$SMOKE work=$WORK seeds='$SEEDS' (parallel $SEED_PARALLEL) init=$INIT_VIRL" \
-  "vision_required=$VISION_REQUIRED ratio=$RATIO critic_warmup=$CRITIC_WARMUP lr ppo=$PPO_LR sft=$SFT_LR grpo=$GRPO_LR"
+  "vision_required=$VISION_REQUIRED ratio=$RATIO critic_warmup=$CRITIC_WARMUP lr ppo=$PPO_LR sft=$SFT_LR grpo=$GRPO_LR cot=$COT_LR"
 machine_line >> "$OUT/timeline.txt" 2>&1
 
 # ------------------------------------------------------------------------------------------- inputs
@@ -170,6 +191,13 @@ tvr_bench() {  # the TVR bench of seed 0 (its rl / sft splits train, its eval sp
   spatialrl tvr make-bench --out "$BENCH" --seed 0 --overwrite "${BENCH_ARGS[@]}" > "$LOGS/tvr-bench.log" 2>&1 \
     && stamp "TVR bench built (seed 0) in $BENCH" || { stamp "FAILED: TVR bench (logs/tvr-bench.log)"; return 1; }
 }
+tvr_cot_data() {  # cot-sft's data: CoT expert trajectories (templated thoughts) of the bench's sft split, VA memory
+  [ -f "$COT_DATA/meta.json" ] && return 0
+  spatialrl data sft --task tvr --data "$BENCH" --split sft --cot --set memory=va --set width=$TW --set height=$TH \
+      --episodes "$COT_EPISODES" --seed 0 --out "$COT_DATA" --overwrite --batch-size 32 > "$LOGS/data-tvr-cot.log" 2>&1 \
+    && stamp "data cot-sft: $(grep -o '[0-9]* samples.*episodes' "$LOGS/data-tvr-cot.log" | tail -n 1)" \
+    || { stamp "FAILED: TVR CoT expert data (logs/data-tvr-cot.log)"; return 1; }
+}
 
 # ------------------------------------------------------------------------------------------- train
 in_train_eval() {  # the closed-loop evals for the curves: the first IN_EVAL episodes of each eval split
@@ -182,16 +210,25 @@ train_arm() {  # arm seed minutes
   local opts="{grid_size: $GRID, visual_data: $OOD_CITY, intersection_in_text: $IIT}"
   # shellcheck disable=SC2207
   args=($(in_train_eval))
-  if [ "$arm" = grpo-multi ] || [ "$arm" = grpo-single ]; then
+  if [ "$arm" = grpo-multi ] || [ "$arm" = grpo-single ] || [ "$arm" = grpo-anchored ]; then
     local mem=va init=$INIT_VA recipe=tvr_multi_small.yaml split=rl every=$MULTI_EVERY
     [ "$arm" = grpo-single ] && { mem=ao; init=$INIT_AO; recipe=tvr_single_small.yaml; split=sft; every=$SINGLE_EVERY; }
-    opts="{memory: $mem, width: $TW, height: $TH}"
+    opts="{memory: $mem, width: $TW, height: $TH$TVR_CAP}"
     args=(grpo "$ROOT/configs/grpo/$recipe" --model.path="$init" --model.dtype="$RL_DTYPE" --model.freeze_vision=false
           --seed="$seed" --task.data="$BENCH" --task.split=$split "--task.options=$opts" --optim.lr="$GRPO_LR"
           --checkpoint.every=0 --action_match.split=eval --eval.task=tvr --eval.data="$BENCH"
           --eval.split=eval --eval.episodes="$IN_EVAL_TVR" --eval.batch_size="$IN_EVAL_TVR"
           --eval.every="$every" --action_match.every="$every" "${GRPO_SIZE[@]}")
-    [ "$arm" = grpo-multi ] && args+=(--tasks_per_update="$MULTI_TASKS")
+    [ "$arm" = grpo-single ] || args+=(--tasks_per_update="$MULTI_TASKS")
+    [ "$arm" = grpo-anchored ] && args+=(--pose_anchored=true)   # the only difference from grpo-multi
+  elif [ "$arm" = cot-sft ]; then
+    [ -f "$COT_DATA/meta.json" ] || { stamp "FAILED: no CoT data for $name (logs/data-tvr-cot.log)"; return; }
+    opts="{memory: va, width: $TW, height: $TH, cot: true$TVR_CAP}"
+    args=(sft "$ROOT/configs/sft/tvr_va_small.yaml" --model.path="$INIT_VA" "--model.preset_overrides={}"
+          --seed="$seed" --data.train="$COT_DATA" --optim.lr="$COT_LR" --optim.warmup_ratio=0
+          --checkpoint.every=0 --eval.task=tvr --eval.data="$BENCH" --eval.split=eval
+          --eval.episodes="$IN_EVAL_TVR" --eval.batch_size="$IN_EVAL_TVR" --eval.max_new_tokens="$COT_TOKENS"
+          --eval.every="$COT_EVERY" "${SFT_SIZE[@]}")
   elif [ "$arm" = ppo ]; then
     args=(ppo "$ROOT/configs/ppo/virl_vl_small.yaml" --model.path="$INIT_VIRL" --model.dtype="$RL_DTYPE"
           --seed=$((42 + seed)) --task.data="$CITY"
@@ -231,7 +268,7 @@ print("; ".join(out))
 PY
 }
 stage_train() {
-  has_group tvr && tvr_bench &
+  has_group tvr && { tvr_bench && tvr_cot_data; } &
   has_group virl && inputs &
   wait
   if has_group virl && ! { [ -f "$DATA/meta.json" ] && [ -f "$OOD_CITY/route_infos.json" ] \
@@ -294,7 +331,7 @@ spec() {  # the findings specs, from the run folders that have a final eval (pat
     fi
     if has_group tvr; then
       echo "  tvr-sft-grpo:"
-      echo "    description: \"TVR from $INIT_VA / $INIT_AO, vision tower trainable, $(budgets grpo-multi grpo-single) min of training per run (time budget)\""
+      echo "    description: \"TVR from $INIT_VA / $INIT_AO, vision tower trainable, $(budgets grpo-multi grpo-single grpo-anchored cot-sft) min of training per run (time budget); grpo-anchored = grpo-multi + pose-anchored step credit (same budget and tasks per update); cot-sft = VA-SFT + continued SFT on $COT_EPISODES templated-CoT expert episodes of the sft split, evaluated with cot=true, $COT_TOKENS new tokens\""
       echo "    metric: success"
       echo "    overall: true"
       echo "    min_episodes: $(min_eps 1 50)"
@@ -307,6 +344,14 @@ spec() {  # the findings specs, from the run folders that have a final eval (pat
       echo "        label: \"AO-SFT + single-turn GRPO\""
       echo "        seeds:"
       arm_seeds grpo-single
+      echo "      va-sft-grpo-anchored:"
+      echo "        label: \"VA-SFT + multi-turn GRPO, pose-anchored step credit\""
+      echo "        seeds:"
+      arm_seeds grpo-anchored
+      echo "      va-sft-cot-sft:"
+      echo "        label: \"VA-SFT + CoT-SFT (templated thoughts)\""
+      echo "        seeds:"
+      arm_seeds cot-sft
     fi
   } > "$WORK/findings/findings.yaml"
   { echo "root: .."   # the inits: one greedy evaluation of one model each, so one "seed"
@@ -367,12 +412,13 @@ findings() {
     stamp "findings written"
   fi
 }
-evaluate_tvr() {  # label agent memory: greedy, EVAL_TVR episodes of the eval split (round-robin over categories)
-  local label=$1 agent=$2
+evaluate_tvr() {  # label agent memory [cot]: greedy, EVAL_TVR episodes of the eval split (round-robin over
+  local label=$1 agent=$2 cot=(--max-new-tokens 32)   # categories); cot: the CoT prompt, COT_TOKENS per answer
+  [ "${4:-}" = cot ] && cot=(--set cot=true --max-new-tokens "$COT_TOKENS")
   [ -f "$WORK/eval/$label/metrics.json" ] && return 0
   if timeout "$(left)" "${SRL[@]}" eval --task tvr --agent "$agent" --data "$BENCH" --split eval --limit "$EVAL_TVR" \
-      --set memory="$3" --set width=$TW --set height=$TH --out "$WORK/eval/$label" --no-report \
-      --batch-size "$EVAL_TVR" --max-new-tokens 32 --label "$label" >> "$LOGS/eval-$label.log" 2>&1; then
+      --set memory="$3" --set width=$TW --set height=$TH "${TVR_CAP_SET[@]}" --out "$WORK/eval/$label" --no-report \
+      --batch-size "$EVAL_TVR" "${cot[@]}" --label "$label" >> "$LOGS/eval-$label.log" 2>&1; then
     stamp "eval $label done"
   else
     stamp "FAILED or cut: eval $label (logs/eval-$label.log; send STAGE=eval again to resume it)"
@@ -395,7 +441,8 @@ stage_eval() {
       m=$(model_of "$arm-s$seed")
       if [ -z "$m" ]; then stamp "no final model for $arm-s$seed: not evaluated (train it: STAGE=train)"; continue; fi
       case $arm in
-        grpo-multi) evaluate_tvr "$arm-s$seed" "hf:$m" va & ;;
+        grpo-multi | grpo-anchored) evaluate_tvr "$arm-s$seed" "hf:$m" va & ;;
+        cot-sft) evaluate_tvr "$arm-s$seed" "hf:$m" va cot & ;;
         grpo-single) evaluate_tvr "$arm-s$seed" "hf:$m" ao & ;;
         *) evaluate "$arm-s$seed" "hf:$m" & ;;
       esac
