@@ -23,7 +23,7 @@
 #   on the eval cities). The SFT init is evaluated once (greedy decoding of one model: one "seed").
 #   Then `spatialrl findings collect / table / curves` on a spec written into WORK from the run folders.
 #
-# TVR (TVRBench), ARMS group `tvr` (ARMS="virl tvr", or one group per command: 12 runs at once are too
+# TVR (TVRBench), ARMS group `tvr` (ARMS="virl tvr", or one group per command: 18 runs at once are too
 #   many for one GPU's 16 cores), from builtin:tvr-va-sft / builtin:tvr-ao-sft (INIT_VA, INIT_AO):
 #     grpo-multi   VA-SFT + multi-turn GRPO on live rollouts of the bench's rl split (tvr_multi_small.yaml)
 #     grpo-single  AO-SFT + single-turn GRPO on per-step expert prompts of its sft split (tvr_single_small.yaml)
@@ -46,7 +46,8 @@
 #   Evaluated on EVAL_TVR episodes of the eval split (default 200 = 50 per category, round-robin; the
 #   bench of seed 0: its eval scenes are disjoint from its rl / sft scenes, the inits were trained on
 #   benches 101-108). Bench: TVR_BENCH (default runs/gpu-inputs/tvr-bench as in reproduce_rl.sh), else
-#   built into WORK. All four arms of a seed train side by side (8 runs at once for 2 seeds).
+#   built into WORK. The four arms of every seed of a batch train side by side: 12 runs at once for 3 seeds
+#   (SEED_PARALLEL=1: one seed's four at a time, each batch with the full budget, in more commands).
 #
 # On one H200, as commands of at most 10 minutes on a warm machine (WORK persists between commands only
 # while the machine stays warm; every stage skips what WORK already holds, so a command cut short is
@@ -57,7 +58,9 @@
 #   ... ARMS=tvr STAGE=train ... and ARMS=tvr STAGE=eval ... likewise for TVR (WORK keeps both groups;
 #   STAGE=eval with ARMS="virl tvr" at the end writes one findings.json with both experiments)
 #   SMOKE=1 OUT=/tmp/smoke-findings bash scripts/gpu/reproduce_findings.sh   # CPU rehearsal (STAGE=all,
-#     tiny cities, 2 seeds, a few seconds of training; `findings` gets --allow-fewer-seeds only here)
+#     tiny cities, 2 seeds, a few seconds of training; `findings` gets --allow-fewer-seeds only here;
+#     TVR: a 4-task bench, rollouts and evals capped at 6 turns, 2 in-training eval episodes; ARMS=tvr took
+#     13 min on 2 shared CPU cores; tests/scripts/test_reproduce_findings_smoke.py runs it with SEEDS=0)
 # The GPU machine needs .whl and .gl carried (bash scripts/gpu/bundle.sh once, here).
 #
 # Knobs (environment): STAGE (train | eval | all), ARMS (groups: virl, tvr; default virl), SEEDS,

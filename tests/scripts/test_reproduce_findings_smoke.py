@@ -1,0 +1,100 @@
+"""The findings job's TVR group (issue 20), rehearsed on CPU (SMOKE=1 ARMS=tvr).
+
+scripts/gpu/reproduce_findings.sh trains, per seed, grpo-multi, grpo-single, grpo-anchored (grpo-multi +
+pose-anchored step credit) and cot-sft (VA-SFT + continued SFT on CoT expert trajectories) at one time
+budget, evaluates them and the two SFT inits on the bench's eval split, and writes findings.json through
+`spatialrl findings collect`. The rehearsal runs all of it on a tiny bench with two seeds; this checks
+the rows it produced, not just the exit status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TVR_ARMS = {  # spec label → the script's arm (run folders runs/<arm>-s<seed>)
+    "va-sft-grpo-multi": "grpo-multi",
+    "ao-sft-grpo-single": "grpo-single",
+    "va-sft-grpo-anchored": "grpo-anchored",
+    "va-sft-cot-sft": "cot-sft",
+}
+SEEDS = "0"  # one seed: the rehearsal's CPU time is about proportional to the runs (2 seeds: 13 min under load)
+
+
+def rows_by_key(rows: list[dict]) -> dict[tuple[str, str, str], dict]:
+    out: dict[tuple[str, str, str], dict] = {}
+    for r in rows:
+        key = (r["arm"], str(r["seed"]), r["split"])
+        assert key not in out, f"two rows for {key}"
+        out[key] = r
+    return out
+
+
+@pytest.mark.slow
+def test_tvr_findings_rehearsal_has_a_row_per_arm_seed_and_category(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    out.mkdir()
+    env = {**os.environ, "SMOKE": "1", "ARMS": "tvr", "STAGE": "all", "SEEDS": SEEDS, "WORK": str(work),
+           "OUT": str(out), "PY": sys.executable}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    for k in ("TVR_BENCH", "INIT_VA", "INIT_AO", "TRAIN_MIN", "EVAL_TVR", "IN_EVAL_TVR", "COT_EPISODES", "COT_TOKENS",
+              "SEED_PARALLEL"):
+        env.pop(k, None)  # the script's SMOKE defaults, not the caller's
+    proc = subprocess.run(["bash", str(ROOT / "scripts/gpu/reproduce_findings.sh")], env=env, capture_output=True,
+                          text=True, timeout=1500)
+    timeline = (out / "timeline.txt").read_text()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    check_outputs(out, work, set(SEEDS.split()), timeline)
+
+
+def check_outputs(out: Path, work: Path, seeds: set[str], timeline: str) -> None:
+    assert "findings written" in timeline and "FAILED" not in timeline, timeline
+    assert (out / "table.md").is_file() and (out / "curve-tvr-overall.png").is_file()
+
+    # the trained arms: one row per (arm, seed, category) and the overall, with the compute fields
+    doc = json.loads((out / "findings.json").read_text())
+    rows = rows_by_key([r for r in doc["rows"] if r["experiment"] == "tvr-sft-grpo"])
+    assert {a for a, _, _ in rows} == set(TVR_ARMS), sorted(rows)
+    splits = {s for _, _, s in rows}
+    assert "overall" in splits and len(splits) >= 2, splits  # the eval split's categories + overall
+    for arm in TVR_ARMS:
+        for seed in seeds:
+            for split in splits:
+                r = rows.get((arm, seed, split))
+                assert r is not None, f"no row for {arm} seed {seed} {split}"
+                assert r["episodes"] > 0 and 0.0 <= r["success"] <= 1.0, r
+                assert r["gpu_seconds"] is not None and r["gpu_seconds"] > 0, r
+                assert r["samples"] is not None and r["samples"] > 0, r
+                assert r["train_run"] and r["train_run"].endswith(f"{TVR_ARMS[arm]}-s{seed}"), r
+    assert rows[("va-sft-cot-sft", "0", "overall")]["samples_kind"] == "expert_samples"
+    assert rows[("va-sft-grpo-anchored", "0", "overall")]["samples_kind"] == "env_steps"
+    summary = {(s["arm"], s["split"]) for s in doc["summary"] if s["experiment"] == "tvr-sft-grpo"}
+    assert summary == {(a, s) for a in TVR_ARMS for s in splits}
+
+    # the inits: one greedy evaluation each, no training run
+    inits = rows_by_key(json.loads((work / "findings" / "findings-init.json").read_text())["rows"])
+    assert {(a, s) for a, s, _ in inits} == {("va-sft", "0"), ("ao-sft", "0")}
+    for r in inits.values():
+        assert r["episodes"] > 0 and 0.0 <= r["success"] <= 1.0, r
+        assert r["gpu_seconds"] is None and "samples" in r
+
+    # the two new arms are what they claim: grpo-anchored = grpo-multi + pose_anchored; cot-sft uses CoT
+    for seed in sorted(seeds):
+        multi = json.loads((work / "runs" / f"grpo-multi-s{seed}" / "config.json").read_text())
+        anchored = json.loads((work / "runs" / f"grpo-anchored-s{seed}" / "config.json").read_text())
+        assert multi["pose_anchored"] is False and anchored["pose_anchored"] is True
+        diff = {k for k in multi if k not in ("pose_anchored", "output_dir") and multi[k] != anchored.get(k)}
+        assert not diff, f"grpo-anchored differs from grpo-multi in {sorted(diff)}"
+        cot_run = json.loads((work / "runs" / f"cot-sft-s{seed}" / "config.json").read_text())
+        assert Path(cot_run["data"]["train"]).name == "tvr-cot-sft"
+        assert cot_run["eval"]["options"]["cot"] is True
+    meta = json.loads((work / "data" / "tvr-cot-sft" / "meta.json").read_text())
+    assert meta["cot"] is True and meta["options"]["memory"] == "va" and meta["options"]["split"] == "sft"
+    eval_run = (work / "eval" / "cot-sft-s0" / "run.json").read_text()
+    assert '"cot": true' in eval_run, eval_run[:2000]
