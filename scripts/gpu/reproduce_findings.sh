@@ -59,8 +59,8 @@
 #   STAGE=eval with ARMS="virl tvr" at the end writes one findings.json with both experiments)
 #   SMOKE=1 OUT=/tmp/smoke-findings bash scripts/gpu/reproduce_findings.sh   # CPU rehearsal (STAGE=all,
 #     tiny cities, 2 seeds, a few seconds of training; `findings` gets --allow-fewer-seeds only here;
-#     TVR: a 4-task bench, rollouts and evals capped at 6 turns, 2 in-training eval episodes; ARMS=tvr took
-#     13 min on 2 shared CPU cores; tests/scripts/test_reproduce_findings_smoke.py runs it with SEEDS=0)
+#     TVR: a 4-task bench, rollouts and evals capped at 4 turns, 1 task x 2 samples per multi-turn update,
+#     2 in-training eval episodes; tests/scripts/test_reproduce_findings_smoke.py runs it with SEEDS=0)
 # The GPU machine needs .whl and .gl carried (bash scripts/gpu/bundle.sh once, here).
 #
 # Knobs (environment): STAGE (train | eval | all), ARMS (groups: virl, tvr; default virl), SEEDS,
@@ -100,9 +100,9 @@ if [ "$SMOKE" = 1 ]; then
   PPO_SIZE=(--num_envs=2 --num_steps=4 --micro_batch_size=2 --grad_accum=1 --epochs=1 --sampling.max_new_tokens=96)
   SFT_SIZE=(--per_device_batch_size=2 --data.num_workers=0 --logging.every=1)
   FEWER=(--allow-fewer-seeds)
-  EVAL_TVR=${EVAL_TVR:-4}; IN_EVAL_TVR=${IN_EVAL_TVR:-2}; TW=112; TH=64; MULTI_TASKS=${MULTI_TASKS:-2}
-  # episodes of at most 6 turns in rollouts and evals (not in the expert data): a CPU-sized rehearsal
-  TVR_CAP=", max_steps_single: 6, max_steps_multi: 6"; TVR_CAP_SET=(--set max_steps_single=6 --set max_steps_multi=6)
+  EVAL_TVR=${EVAL_TVR:-4}; IN_EVAL_TVR=${IN_EVAL_TVR:-2}; TW=112; TH=64; MULTI_TASKS=${MULTI_TASKS:-1}
+  # episodes of at most 4 turns in rollouts and evals (not in the expert data): a CPU-sized rehearsal
+  TVR_CAP=", max_steps_single: 4, max_steps_multi: 4"; TVR_CAP_SET=(--set max_steps_single=4 --set max_steps_multi=4)
   MULTI_EVERY=${MULTI_EVERY:-1}; SINGLE_EVERY=${SINGLE_EVERY:-1}; COT_EPISODES=${COT_EPISODES:-4}
   COT_EVERY=${COT_EVERY:-2}
   GRPO_SIZE=(--group_size=2 --mini_batches=1 --micro_batch_size=4 --single.expert_episodes=4
