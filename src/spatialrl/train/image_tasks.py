@@ -161,6 +161,6 @@ def learn(model: Any, processor: Any, task: str, *, steps: int, batch_size: int 
                 break
     seconds = time.perf_counter() - start
     accs = [a for _, a in curve]
-    return {"task": task, "steps_run": step, "curve": curve, "steps_to_threshold": passing if streak else None,
+    return {"task": task, "steps_run": step, "curve": curve, "steps_to_threshold": passing,
             "best": max(accs), "final": accs[-1], "seconds": seconds, "seconds_per_step": seconds / max(1, step),
             "chance": 1.0 / len(ANSWERS[task])}
