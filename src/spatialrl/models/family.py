@@ -20,7 +20,8 @@ Every place that turns a conversation into tokens (``models/encode.py``), sample
 
 Rules that read the model's config rather than its family (end-of-turn ids, banned placeholder ids)
 are the functions :func:`eos_token_ids` and :func:`banned_token_ids`; the Mllama cross-attention fix
-(``models/mllama_mask.py``) is applied through :meth:`Family.prepare_model`.
+(``models/mllama_mask.py``) and the Qwen batched vision attention (``models/vision_attention.py``) are
+applied through :meth:`Family.prepare_model`.
 A model type we do not know gets the generic adapter (no folding, flat images, no vision cache),
 which is what every code path did for unknown families before the adapters existed.
 """
@@ -72,11 +73,16 @@ class Family:
         return True
 
     def prepare_model(self, model: Any) -> Any:
-        """Family fixes a model needs before any forward pass (Mllama: the cross-attention row mask)."""
+        """Family fixes a model needs before any forward pass, training or sampling (Mllama: the
+        cross-attention row mask; Qwen: vision attention in batched calls, ``models/vision_attention.py``)."""
         if self.name == "mllama":
             from spatialrl.models.mllama_mask import mask_cross_attention_rows
 
             mask_cross_attention_rows(model)
+        elif self.vision_features == "qwen":
+            from spatialrl.models.vision_attention import batch_vision_attention
+
+            batch_vision_attention(model)
         return model
 
 

@@ -204,12 +204,12 @@ def build_tiny(family: str, seed: int = 0) -> tuple[Any, Any]:
     """A tiny random ``(model, processor)`` of ``family`` (one of ``BUILDERS``), weights fixed by ``seed``."""
     if family not in BUILDERS:
         raise ValueError(f"unknown family {family!r}; known: {', '.join(BUILDERS)}")
-    from spatialrl.models.mllama_mask import mask_cross_attention_rows
+    from spatialrl.models.family import model_family
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model, proc = BUILDERS[family]()
-    mask_cross_attention_rows(model)  # as HFPolicy and the trainers do (Mllama only)
+    model_family(model).prepare_model(model)  # as HFPolicy and the trainers do
     return model.eval(), proc
 
 

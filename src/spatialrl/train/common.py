@@ -167,11 +167,11 @@ def vision_parameters(model: Any) -> list[tuple[str, torch.nn.Parameter]]:
 
 
 def prepare_trainable(model: Any, cfg: ModelConfig) -> Any:
-    """Apply freeze-vision, LoRA and gradient checkpointing (and, for Mllama, the reference's
-    cross-attention row mask: ``models/mllama_mask.py``); return the model to train."""
-    from spatialrl.models.mllama_mask import mask_cross_attention_rows
+    """Apply the family's fixes (``Family.prepare_model``: Mllama's cross-attention row mask, Qwen's
+    batched vision attention), freeze-vision, LoRA and gradient checkpointing; return the model to train."""
+    from spatialrl.models.family import model_family
 
-    mask_cross_attention_rows(model)
+    model_family(model).prepare_model(model)
     if cfg.freeze_vision:
         frozen = vision_parameters(model)
         if not frozen:

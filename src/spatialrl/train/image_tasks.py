@@ -124,8 +124,10 @@ def learn(model: Any, processor: Any, task: str, *, steps: int, batch_size: int 
     ``threshold``. Returns ``{"curve": [[step, acc], ...], "steps_to_threshold", "best", "final",
     "seconds", "seconds_per_step"}``; ``steps_to_threshold`` is the first step of the run of passing
     scores (None if never reached)."""
+    from spatialrl.models.family import model_family
     from spatialrl.train.sft import token_loss
 
+    model_family(model).prepare_model(model)  # as the trainers do (Qwen: batched vision attention)
     check_answer_tokens(processor, task)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
