@@ -15,3 +15,7 @@ class RenderUnavailable(SpatialRLError, RuntimeError):
 
 class ConfigError(SpatialRLError, ValueError):
     """A recipe, override or ``--set`` flag is invalid; the message names the file/flag and the key."""
+
+
+class TrainingError(SpatialRLError, RuntimeError):
+    """A training run cannot go on (e.g. its gradients stay non-finite); the message says what to change."""

@@ -53,11 +53,9 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seql
     out = q.new_zeros(tokens, heads, dim)
     for length, starts in groups.items():
         index = (torch.tensor(starts, device=q.device)[:, None] + torch.arange(length, device=q.device)).reshape(-1)
-
-        def gather(x: torch.Tensor, n: int = len(starts), length: int = length) -> torch.Tensor:
-            return x.index_select(1, index).view(heads, n, length, dim).transpose(0, 1)
-
-        o = F.scaled_dot_product_attention(gather(q), gather(k), gather(v), scale=scale)  # (n, H, L, d)
+        shape = (heads, len(starts), length, dim)
+        qg, kg, vg = (x.index_select(1, index).view(shape).transpose(0, 1) for x in (q, k, v))
+        o = F.scaled_dot_product_attention(qg, kg, vg, scale=scale)  # (chunks, heads, length, head_dim)
         out = out.index_copy(0, index, o.permute(0, 2, 1, 3).reshape(-1, heads, dim))
     return out
 

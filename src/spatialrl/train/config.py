@@ -94,9 +94,12 @@ class OptimConfig:
     warmup_ratio: float = field(default=0.1, metadata=_help("Fraction of total updates spent warming up (TVRBench: 0.1)."))
     min_lr_ratio: float = field(default=0.0, metadata=_help("Floor of the decay as a fraction of lr."))
     max_grad_norm: float = field(default=1.0, metadata=_help("Global gradient clipping; <= 0 disables it."))
+    max_nonfinite_updates: int = field(default=20, metadata=_help(
+        "Updates whose gradient norm is NaN/inf are skipped (weights and optimiser state untouched); this "
+        "many in a row stop the run with an error (0 = never skip: step whatever the gradients are)."))
 
     def __post_init__(self) -> None:
-        _at_least(self, lr=0.0, weight_decay=0.0, min_lr_ratio=0.0)
+        _at_least(self, lr=0.0, weight_decay=0.0, min_lr_ratio=0.0, max_nonfinite_updates=0)
         _above(self, eps=0.0)
         for name in ("beta1", "beta2"):
             if not 0.0 <= getattr(self, name) < 1.0:

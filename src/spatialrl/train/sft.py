@@ -267,6 +267,8 @@ def train(cfg: SFTConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
         ending = run.is_last(step, total_updates)
         if step % max(1, cfg.logging.every) == 0 or ending:
             last_metrics = window_metrics(window, lr, step / per_epoch, grad_norm)
+            if run.skipped_updates:  # non-finite gradients (Run.optimizer_step): cumulative count
+                last_metrics["train/skipped_updates"] = run.skipped_updates
             run.log(step, last_metrics)
             window = new_window()
         if eval_set is not None and cfg.eval_loss_every > 0 and step % cfg.eval_loss_every == 0:
