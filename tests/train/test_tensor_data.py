@@ -17,8 +17,11 @@ from .test_sft_train import make_cfg, weights
 
 @pytest.mark.parametrize("name", ["tvr_ao_data", "tvr_va_data", "virl_data"])
 def test_batches_equal_the_collators(request, name, tiny_builtin):
+    from transformers import AutoModelForImageTextToText
+
     data = request.getfixturevalue(name)
     processor = load_processor(tiny_builtin)
+    model = AutoModelForImageTextToText.from_pretrained(tiny_builtin)
     folder = compile_dataset(data, processor, "qwen2_5_vl")
     batcher = TensorBatcher(folder, processor.tokenizer.pad_token_id)
     dataset = SFTDataset(data)
@@ -27,7 +30,13 @@ def test_batches_equal_the_collators(request, name, tiny_builtin):
     for indices in ([0, 1, 2], [len(dataset) - 1, 0], [1]):
         want = collate([dataset[i] for i in indices])
         got = batcher.batch(indices)
-        assert set(got) == set(want), (set(got), set(want))
+        assert set(got) == set(want) | {"position_ids"}, (set(got), set(want))
+        # the model's own rope positions (transformers' get_rope_index) of the collator's batch
+        rope, _ = model.model.get_rope_index(want["input_ids"], want["mm_token_type_ids"],
+                                             image_grid_thw=want.get("image_grid_thw"),
+                                             attention_mask=want["attention_mask"])
+        real = want["attention_mask"].bool()
+        assert torch.equal(got["position_ids"][:, real], rope[:, real])
         for key in set(want) - {"pixel_values"}:
             assert torch.equal(got[key], want[key].to(got[key].dtype)), key
         assert got["pixel_values"].shape == want["pixel_values"].shape

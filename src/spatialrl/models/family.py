@@ -20,7 +20,7 @@ Every place that turns a conversation into tokens (``models/encode.py``), sample
 
 Rules that read the model's config rather than its family (end-of-turn ids, banned placeholder ids)
 are the functions :func:`eos_token_ids` and :func:`banned_token_ids`; the Mllama cross-attention fix
-(``models/mllama_mask.py``) and the Qwen batched vision attention (``models/vision_attention.py``) are
+(``models/mllama_mask.py``) and the Qwen vision speed-ups (``models/qwen_vision.py``) are
 applied through :meth:`Family.prepare_model`.
 A model type we do not know gets the generic adapter (no folding, flat images, no vision cache),
 which is what every code path did for unknown families before the adapters existed.
@@ -74,15 +74,15 @@ class Family:
 
     def prepare_model(self, model: Any) -> Any:
         """Family fixes a model needs before any forward pass, training or sampling (Mllama: the
-        cross-attention row mask; Qwen: vision attention in batched calls, ``models/vision_attention.py``)."""
+        cross-attention row mask; Qwen: the vision tower without per-image loops, ``models/qwen_vision.py``)."""
         if self.name == "mllama":
             from spatialrl.models.mllama_mask import mask_cross_attention_rows
 
             mask_cross_attention_rows(model)
         elif self.vision_features == "qwen":
-            from spatialrl.models.vision_attention import batch_vision_attention
+            from spatialrl.models.qwen_vision import speed_up_vision
 
-            batch_vision_attention(model)
+            speed_up_vision(model)
         return model
 
 

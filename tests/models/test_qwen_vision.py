@@ -1,4 +1,4 @@
-"""Batched Qwen vision attention (``models/vision_attention.py``): the same outputs and gradients as
+"""Batched Qwen vision attention (``models/qwen_vision.py``): the same outputs and gradients as
 transformers' per-chunk loop, in a handful of attention calls."""
 
 from __future__ import annotations
@@ -11,8 +11,14 @@ import torch
 import torch.nn.functional as F
 
 from spatialrl.models.encode import encode_conversations
+from spatialrl.models.qwen_vision import (
+    QWEN_VISION_ATTENTION,
+    batch_vision_attention,
+    grouped_attention,
+    memoise_vision_metadata,
+    speed_up_vision,
+)
 from spatialrl.models.tiny import BUILDERS, build_tiny
-from spatialrl.models.vision_attention import QWEN_VISION_ATTENTION, batch_vision_attention, grouped_attention
 from spatialrl.train.sft import token_loss
 
 
@@ -56,20 +62,46 @@ def test_batched_model_matches_transformers(family):
     raw, proc = BUILDERS[family]()  # transformers' own forward
     fast = copy.deepcopy(raw)
     layers = sum(type(m).__name__ in QWEN_VISION_ATTENTION for m in fast.modules())
-    assert batch_vision_attention(fast) == layers == fast.config.vision_config.depth
-    assert batch_vision_attention(fast) == batch_vision_attention(fast)  # idempotent
+    towers = 0 if family == "qwen3_vl" else 1  # Qwen3-VL's tower has no vision_utils kwargs to memoise
+    assert speed_up_vision(fast) == {"attention": layers, "towers": towers} and layers == fast.config.vision_config.depth
+    assert speed_up_vision(fast) == speed_up_vision(fast)  # idempotent
     batch = _batch(proc, raw)
     losses, grads = [], []
-    for model in (raw, fast):
+    for model in (raw, fast, fast):  # the second pass of `fast` reads the memoised grid metadata
+        model.zero_grad()
         model.train()
         loss_sum, count, _ = token_loss(model, batch)
         (loss_sum / count).backward()
         losses.append(loss_sum.detach())
-        grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
-    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-5)
-    assert grads[0].keys() == grads[1].keys() and any("visual" in n for n in grads[0])
-    for name, g in grads[0].items():
-        torch.testing.assert_close(grads[1][name], g, rtol=1e-4, atol=1e-6, msg=name)
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    for i in (1, 2):
+        torch.testing.assert_close(losses[i], losses[0], rtol=1e-5, atol=1e-5)
+        assert grads[i].keys() == grads[0].keys() and any("visual" in n for n in grads[0])
+        for name, g in grads[0].items():
+            torch.testing.assert_close(grads[i][name], g, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_grid_metadata_is_computed_once_per_distinct_grid_list():
+    model, proc = BUILDERS["qwen2_5_vl"]()
+    assert memoise_vision_metadata(model) == 1
+    tower = model.model.visual
+    calls = []
+    import transformers.vision_utils as vu
+
+    original = vu.get_vision_window_index
+    vu.get_vision_window_index = lambda *a, **k: calls.append(1) or original(*a, **k)
+    try:
+        batch = _batch(proc, model)
+        with torch.no_grad():
+            for _ in range(3):
+                model(**{k: v for k, v in batch.items() if k != "labels"})
+            assert len(calls) == 1 and len(tower._spatialrl_grid_memo) == 1
+            small = {k: v[:1] for k, v in batch.items() if k in ("input_ids", "attention_mask", "mm_token_type_ids")}
+            n = int(batch["image_grid_thw"][:2].prod(dim=1).sum())  # the first chat's two images
+            model(**small, pixel_values=batch["pixel_values"][:n], image_grid_thw=batch["image_grid_thw"][:2])
+            assert len(calls) == 2 and len(tower._spatialrl_grid_memo) == 2
+    finally:
+        vu.get_vision_window_index = original
 
 
 def test_models_are_built_and_loaded_with_it():
