@@ -131,7 +131,6 @@ def main() -> None:
         "git_commit": git_commit(),
         "device": device,
         "cache": "off",
-        "gpu_rows": "not measured: no GPU machine was lent in the session that ran this",
         "bench": {"eval_tasks": len(ids), "houses": 2 * args.scenes},
         "vector_buffers_mb_per_1000_envs": {f"{w}x{h}": 2 * w * h * 3 * 1000 / 2**20 for w, h in sizes},
         "rows": rows,

@@ -4,12 +4,17 @@
 # One session's plan (each command sent within 30 s of the previous one's return: the machine, and
 # WORK, stay only that long; TOTAL_MIN is the training budget of each model across the commands):
 #
-#   source scripts/gpu/prelude.sh && STAGE=train  TOTAL_MIN=12 OUT=$OUT timeout 570 bash scripts/gpu/train_builtin.sh
-#   source scripts/gpu/prelude.sh && STAGE=resume TOTAL_MIN=12 OUT=$OUT timeout 570 bash scripts/gpu/train_builtin.sh
-#   source scripts/gpu/prelude.sh && STAGE=eval               OUT=$OUT timeout 570 bash scripts/gpu/train_builtin.sh
+#   source scripts/gpu/prelude.sh && STAGE=train  TOTAL_MIN=16 TRAIN_END_S=520 OUT=$OUT timeout 555 bash scripts/gpu/train_builtin.sh
+#   source scripts/gpu/prelude.sh && STAGE=resume TOTAL_MIN=16 TRAIN_END_S=520 FINAL=0 OUT=$OUT timeout 555 bash scripts/gpu/train_builtin.sh
+#   source scripts/gpu/prelude.sh && STAGE=resume TOTAL_MIN=16 TRAIN_END_S=<budget left - 60> OUT=$OUT timeout <+30> bash scripts/gpu/train_builtin.sh
 #
-# The first command stops its training at TRAIN_END_S by SIGTERM, which pauses each run with a
-# checkpoint (train/run.py); the second resumes them until the budget ends and packs the weights.
+# then, on any machine (the CPU is enough; the weights come back as OUT/<arm>.tar.gz, unpacked into
+# WORK/weights/): STAGE=eval LEARN_BENCH=0 VECTOR_BENCH=0 WORK=... OUT=... bash scripts/gpu/train_builtin.sh
+#
+# The first command builds the data and compiles it for the tensor engine (compile_data.py), then trains
+# until TRAIN_END_S, where SIGTERM pauses each run with a checkpoint (train/run.py); each resume continues
+# them (FINAL=0: and leaves them paused) and packs the weights, the last (FINAL=1, the default) ends them
+# at their checkpoint as finished models.
 # Without TOTAL_MIN, STAGE=train trains to the end within the one command (STAGE=all: and evaluates).
 # ARMS picks the models trained side by side (default: the three shipped ones); with candidate recipes
 # for the TVR action-only model (ARMS="virl-sft tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre": every
@@ -64,7 +69,7 @@ if [ "$SMOKE" = 1 ]; then
 else
   NCITY=${NCITY:-8}; CITY_ROUTES=${CITY_ROUTES:-200}; VIRL_EPISODES=${VIRL_EPISODES:-600}; NBENCH=${NBENCH:-8}
   TVR_SFT=${TVR_SFT:-600}; TVR_SCENES=${TVR_SCENES:-40}; TRAIN_END_S=${TRAIN_END_S:-560}; BUDGET_MIN=${BUDGET_MIN:-7}
-  EVAL_TVR=${EVAL_TVR:-200}; VAL_TVR=${VAL_TVR:-100}; EVAL_VIRL=${EVAL_VIRL:-120}; EVAL_ROUTES=${EVAL_ROUTES:-150}; W=280; H=168; GRID=224
+  EVAL_TVR=${EVAL_TVR:-200}; VAL_TVR=${VAL_TVR:-100}; EVAL_VIRL=${EVAL_VIRL:-120}; EVAL_ROUTES=${EVAL_ROUTES:-400}; W=280; H=168; GRID=224
   BS_VIRL=64; BS_AO=128; BS_VA=8; PROBE_STATES=${PROBE_STATES:-200}
   VECTOR_BENCH_ARGS=${VECTOR_BENCH_ARGS:---sizes 640x360 280x168 --num-envs 256 1024 --steps 4096 --repeats 1}
 fi
@@ -134,6 +139,15 @@ merge() {  # arm: the first SHARDS shards of each of its kinds, merged into its 
   spatialrl data merge "${shards[@]}" --out "$WORK/data/$name" --overwrite > "$LOGS/merge-$name.log" 2>&1 \
     && stamp "data $name: $(tail -n 1 "$LOGS/merge-$name.log")" || stamp "FAILED: merge $name"
 }
+compile_arm() {  # name: its dataset compiled for the tensor engine now, as the trainer would on its start
+                 # (a compile cut by the command's end is lost and redone; 124-186 s per arm on 2026-12-05)
+  local name=$1 recipe; recipe=$(arm "$name" | cut -d' ' -f1)
+  if "$PY" "$ROOT/scripts/gpu/compile_data.py" "$ROOT/configs/sft/$recipe" "$WORK/data/$name" \
+      --workers $(( 15 / N_ARMS > 0 ? 15 / N_ARMS : 1 )) "${TRAIN_EXTRA[@]}" > "$LOGS/compile-$name.log" 2>&1; then
+    stamp "$(tail -n 1 "$LOGS/compile-$name.log")"
+  else stamp "FAILED: compile $name (logs/compile-$name.log); the trainer will compile on its start"
+  fi
+}
 train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, then SIGTERM pauses the run
            # with a checkpoint (train/run.py) that RESUME=1 continues. The trainer's own time budget is
            # TOTAL_MIN minutes across commands when set, else what this command leaves (at most BUDGET_MIN;
@@ -154,7 +168,8 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
   if [ "$rc" = 0 ] && [ -d "$WORK/runs/$name/final" ]; then stamp "trained $name: $last"
   elif [ "$rc" = 124 ] && grep -q "SIGTERM: paused" "$LOGS/train-$name.log"; then
     stamp "paused $name: $last"
-    if [ "${RESUME:-0}" = 1 ]; then  # the last planned command: end the run at its checkpoint (a budget
+    if [ "${RESUME:-0}" = 1 ] && [ "${FINAL:-1}" = 1 ]; then  # the last planned command (FINAL=0: a middle
+      # one, the run stays paused for the next): end the run at its checkpoint (a budget
       # already spent leaves the loop before any update, and the run ends as finished: final model)
       "${SRL[@]}" train sft "$ROOT/configs/sft/$recipe" --output_dir="$WORK/runs/$name" --checkpoint.resume=auto \
         --data.train="$WORK/data/$name" --data.engine=tensor --per_device_batch_size="$bs" \
@@ -207,7 +222,10 @@ PY
 stage_fit() {  # merge each arm's shards (not when resuming), train the arms side by side (eval data
               # built meanwhile), pack the finished or paused ones
   local a
-  if [ "${RESUME:-0}" != 1 ]; then for a in $ARMS; do merge "$a" & done; wait; fi
+  if [ "${RESUME:-0}" != 1 ]; then
+    for a in $ARMS; do merge "$a" & done; wait
+    for a in $ARMS; do compile_arm "$a" & done; wait
+  fi
   [ "${NO_EVAL_DATA:-0}" = 1 ] || ( sleep "${EVAL_DATA_DELAY:-150}"; eval_data ) &
   for a in $ARMS; do
     set -- $(arm "$a")

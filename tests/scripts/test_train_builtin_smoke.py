@@ -39,6 +39,9 @@ def test_training_pauses_with_weights_and_resumes_to_a_final_model(tmp_path):
     assert "render check:" in first and "batch == single" in first
     for name in ("virl-sft", "tvr-ao-sft", "tvr-va-sft"):
         assert f"paused {name}" in first, first
+        # compiled in the data stage (scripts/gpu/compile_data.py), so the trainer found the folder ready
+        assert f"data/{name} -> tensors-" in first, first
+        assert "compiling" not in (tmp_path / "work" / "logs" / f"train-{name}.log").read_text()
         with tarfile.open(tmp_path / "out-train" / f"{name}.tar.gz") as tar:
             names = tar.getnames()
         assert f"{name}/model.safetensors" in names and f"{name}/spatialrl_model.json" in names
