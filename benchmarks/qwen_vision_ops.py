@@ -91,7 +91,7 @@ def main() -> None:
                 model.zero_grad(set_to_none=True)
                 loss_sum, count, _ = token_loss(model, inputs)
                 (loss_sum / count).backward()
-                return float(loss_sum / count)
+                return (loss_sum / count).item()
 
             loss = update()  # warm-up (and the grid memo's first fill)
             activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
