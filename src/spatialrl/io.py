@@ -1,5 +1,6 @@
-"""Small file helpers shared by every writer: atomic writes, tolerant JSONL reading, and the writing half
-of the SFT dataset folder (content-addressed images, `write_sft_samples`)."""
+"""Small file helpers shared by every reader and writer: JSON/YAML files read with errors that name the
+file, atomic writes, tolerant JSONL reading, and the writing half of the SFT dataset folder
+(content-addressed images, `write_sft_samples`)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,33 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> None:
     atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+
+
+def read_json(path: str | os.PathLike, missing: str = "file not found", error: type[Exception] | None = None) -> Any:
+    """The parsed JSON file ``path``. Absent → ``error`` (default ``DataError``) "PATH: ``missing``";
+    not UTF-8 JSON → "PATH: malformed JSON: <parser message>"."""
+    return _read_parsed(path, missing, error, "JSON", json.loads, (json.JSONDecodeError, UnicodeDecodeError))
+
+
+def read_yaml(path: str | os.PathLike, missing: str = "file not found", error: type[Exception] | None = None) -> Any:
+    """The parsed YAML file ``path``, with :func:`read_json`'s errors ("PATH: malformed YAML: ...")."""
+    import yaml
+
+    return _read_parsed(path, missing, error, "YAML", yaml.safe_load, (yaml.YAMLError, UnicodeDecodeError))
+
+
+def _read_parsed(path: str | os.PathLike, missing: str, error: type[Exception] | None, kind: str, parse: Any,
+                 failures: tuple[type[Exception], ...]) -> Any:
+    from spatialrl.errors import DataError
+
+    error = error or DataError
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"{path}: {missing}")
+    try:
+        return parse(path.read_bytes().decode("utf-8"))
+    except failures as e:
+        raise error(f"{path}: malformed {kind}: {e}") from None
 
 
 def read_jsonl(path: str | os.PathLike) -> Iterator[dict[str, Any]]:

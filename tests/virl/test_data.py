@@ -169,7 +169,7 @@ def test_problems_name_route_point_and_file(golden_data, tmp_path):
 
 @pytest.mark.parametrize("fn,match", [
     (lambda r: (r / "route_infos.json").unlink(), "route_infos.json: missing"),
-    (lambda r: (r / "route_infos.json").write_text("[[], 0"), "not valid JSON"),
+    (lambda r: (r / "route_infos.json").write_text("[[], 0"), "malformed JSON"),
     (lambda r: (r / "route_infos.json").write_text('{"routes": []}'), "2-element list"),
     (lambda r: (r / "gps_pano_mapping.pkl").unlink(), "gps_pano_mapping.pkl: missing"),
     (lambda r: (r / "gps_pano_mapping.pkl").write_bytes(pickle.dumps(OrderedDict({(1.0, 2.0): "a"}))),

@@ -29,7 +29,7 @@ import numpy as np
 import typer
 
 from spatialrl.errors import DataError, SpatialRLError
-from spatialrl.io import atomic_write_json, atomic_write_text, read_jsonl
+from spatialrl.io import atomic_write_json, atomic_write_text, read_jsonl, read_yaml
 
 FORMAT = "spatialrl-findings/1"
 MIN_SEEDS = 3  # the issue's standard: >= 3 seeds per arm
@@ -82,15 +82,8 @@ class Spec:
 
 def load_spec(path: str | Path, allow_fewer_seeds: bool = False) -> Spec:
     """Read and check a findings spec; each error names the spec file and the field."""
-    import yaml
-
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: findings spec not found")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise DataError(f"{path}: not valid YAML ({e})") from None
+    raw = read_yaml(path, "findings spec not found")
 
     def bad(where: str, want: str, got: Any) -> DataError:
         return DataError(f"{path}: {where}: expected {want}, got {got!r}")

@@ -10,7 +10,6 @@ We never feed videos, so nothing is lost.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import transformers as T
 from transformers.processing_utils import ProcessorMixin
 
 from spatialrl.errors import DataError
+from spatialrl.io import read_json
 
 
 def _token_id(tokenizer: Any, token: str) -> int:
@@ -83,19 +83,12 @@ NO_VIDEO_BY_MODEL_TYPE: dict[str, type[ProcessorMixin]] = {
 }
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: malformed JSON: {e}") from e
-
-
 def model_type_of(path: str | Path) -> str:
     """The ``model_type`` field of a checkpoint's ``config.json`` (names the architecture family)."""
     cfg = Path(path) / "config.json"
     if not cfg.is_file():
         raise DataError(f"{cfg}: missing; {path} is not a Hugging Face model folder")
-    model_type = _read_json(cfg).get("model_type")
+    model_type = read_json(cfg).get("model_type")
     if not model_type:
         raise DataError(f"{cfg}: field 'model_type' is missing")
     return model_type
@@ -111,7 +104,7 @@ def load_processor(path: str | Path) -> ProcessorMixin:
     path = Path(path)
     proc_cfg = path / "processor_config.json"
     if proc_cfg.is_file():
-        name = _read_json(proc_cfg).get("processor_class")
+        name = read_json(proc_cfg).get("processor_class")
         if name in NO_VIDEO_PROCESSORS:
             return NO_VIDEO_PROCESSORS[name].from_pretrained(path, local_files_only=True)
     error: Exception | None = None

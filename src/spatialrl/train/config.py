@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from spatialrl.errors import ConfigError
+from spatialrl.io import read_yaml
 from spatialrl.overrides import SET, parse_assignment, parse_value
 
 
@@ -377,18 +378,12 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
 
 def load_config(cls: type, path: str | Path | None, overrides: list[str] | dict[str, Any] | None = None) -> Any:
     """Build ``cls`` from a YAML recipe plus overrides (flag list or ``{"a.b": value}``), validated."""
-    import yaml
 
     tree: dict[str, Any] = {}
     source = "config: "
     if path is not None:
         path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: config file not found")
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML: {e}") from e
+        loaded = read_yaml(path, "config file not found", ConfigError)
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of config keys")
         tree = loaded or {}

@@ -39,7 +39,6 @@ then takes its unweighted path.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -53,7 +52,7 @@ import numpy as np
 
 from spatialrl.agents.base import Conversation, Generation, SamplingParams
 from spatialrl.errors import DataError
-from spatialrl.io import SFT_FORMAT, atomic_folder, atomic_write_json, read_jsonl, write_jsonl
+from spatialrl.io import SFT_FORMAT, atomic_folder, atomic_write_json, read_json, read_jsonl, write_jsonl
 from spatialrl.io import ImageStore as _ImageStore
 from spatialrl.io import stored_conversation as _stored
 
@@ -479,10 +478,7 @@ class SFTDataset:
         meta_path = self.root / "meta.json"
         if not meta_path.is_file():
             raise DataError(f"{self.root}: not an SFT dataset (no meta.json); build one with `spatialrl data sft`")
-        try:
-            self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise DataError(f"{meta_path}: malformed JSON: {e}") from e
+        self.meta = read_json(meta_path)
         if self.meta.get("format") != FORMAT:
             raise DataError(f"{meta_path}: field 'format' is {self.meta.get('format')!r}, expected {FORMAT!r}")
         path = self.root / "samples.jsonl"

@@ -35,6 +35,7 @@ from typing import Any
 
 from spatialrl.envs.tvr.lattice import GRID, MODE_ACTIONS, PITCHES, YAW_STEP, Pose
 from spatialrl.errors import DataError
+from spatialrl.io import read_json
 
 DATASETS = ("single", "multi")
 DIFFICULTIES = ("easy", "hard")
@@ -208,14 +209,7 @@ def validate_scenes(scenes: Any, source: str) -> None:
 
 def load_tasks(path: str | Path) -> list[dict[str, Any]]:
     """Read and validate one task file."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: task file not found")
-    try:
-        tasks = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: malformed JSON: {e}") from None
-    return validate_tasks(tasks, str(path))
+    return validate_tasks(read_json(path, "task file not found"), str(path))
 
 
 class Bench:
@@ -233,7 +227,7 @@ class Bench:
 
     @cached_property
     def manifest(self) -> dict[str, Any]:
-        manifest = _read_json(self.root / "bench.json")
+        manifest = read_json(self.root / "bench.json")
         if not isinstance(manifest, dict):
             raise DataError(f"{self.root / 'bench.json'}: expected a JSON object, got {type(manifest).__name__}")
         files = manifest.get("files")
@@ -341,10 +335,3 @@ def open_bench(root: str | Path) -> Bench:
     return _OPEN[key]
 
 
-def _read_json(path: Path) -> Any:
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: malformed JSON: {e}") from None

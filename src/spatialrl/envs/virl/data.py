@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import builtins
 import io
-import json
 import math
 import pickle
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ import numpy as np
 
 from spatialrl.envs.virl.geo import COMPASS_WORDS, LatLng, haversine_m
 from spatialrl.errors import DataError
+from spatialrl.io import read_json
 
 ROUTE_INFOS = "route_infos.json"
 PANO_MAPPING = "gps_pano_mapping.pkl"
@@ -351,12 +351,7 @@ class VirlDataset:
 
 def read_rotation(path: Path) -> float:
     """The ``rotation`` field of a ``<pano>.metadata.json``; DataError names the file when it is bad."""
-    if not path.is_file():
-        raise DataError(f"{path}: missing panorama metadata")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: not valid JSON ({e})") from None
+    meta = read_json(path, "missing panorama metadata")
     if not isinstance(meta, dict) or not _is_number(meta.get("rotation")):
         raise DataError(f"{path}: needs a numeric 'rotation' (north rotation in degrees)")
     return float(meta["rotation"])
@@ -364,12 +359,7 @@ def read_rotation(path: Path) -> float:
 
 def read_routes(path: Path) -> tuple[list[Route], Any, list[Problem]]:
     """Parse ``route_infos.json``: every route that parses, element [1], and all problems."""
-    if not path.is_file():
-        raise DataError(f"{path}: missing (the dataset's route list)")
-    try:
-        top = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: not valid JSON ({e})") from None
+    top = read_json(path, "missing (the dataset's route list)")
     if not isinstance(top, list) or len(top) != 2 or not isinstance(top[0], list):
         raise DataError(f"{path}: expected a 2-element list [route_list, n]")
     if not top[0]:
