@@ -64,7 +64,7 @@ if [ "$SMOKE" = 1 ]; then
   TVR_SFT=${TVR_SFT:-4}; TVR_SCENES=${TVR_SCENES:-1}; TRAIN_END_S=${TRAIN_END_S:-100000}; BUDGET_MIN=${BUDGET_MIN:-0.2}
   EVAL_TVR=${EVAL_TVR:-4}; VAL_TVR=${VAL_TVR:-4}; EVAL_VIRL=${EVAL_VIRL:-2}; EVAL_ROUTES=${EVAL_ROUTES:-4}; W=112; H=64; GRID=112
   TRAIN_EXTRA=(--model.path=preset:tiny "--model.preset_overrides={}" --data.num_workers=0 --logging.every=1)
-  BS_VIRL=2; BS_AO=4; BS_VA=2; PROBE_STATES=${PROBE_STATES:-8}
+  BS_VIRL=2; BS_AO=4; BS_VA=2; PROBE_STATES=${PROBE_STATES:-8}; MIN_TRAIN_S=${MIN_TRAIN_S:-10}
   VECTOR_BENCH_ARGS=${VECTOR_BENCH_ARGS:---sizes 112x64 --num-envs 4 --steps 16 --repeats 1 --scenes 1}
 else
   NCITY=${NCITY:-8}; CITY_ROUTES=${CITY_ROUTES:-200}; VIRL_EPISODES=${VIRL_EPISODES:-600}; NBENCH=${NBENCH:-8}
@@ -157,7 +157,12 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
   else budget=$("$PY" -c "print(round(max(0.2, min($BUDGET_MIN, ($TRAIN_END_S - $(elapsed) - ${COMPILE_S:-90}) / 60)), 2))")
   fi
   [ "${RESUME:-0}" = 1 ] && resume=auto
-  stop=$(( TRAIN_END_S - $(elapsed) )); [ "$stop" -lt 30 ] && stop=30
+  stop=$(( TRAIN_END_S - $(elapsed) ))
+  if [ "$stop" -lt "${MIN_TRAIN_S:-60}" ]; then  # too little left: a start would outlive the command's
+    # timeout, which kills this script but not its trainers (they would still run into the next command)
+    stamp "train $name: not started, ${stop}s left before TRAIN_END_S (MIN_TRAIN_S ${MIN_TRAIN_S:-60}); the next command starts it"
+    return
+  fi
   stamp "train $name: $budget min budget in all, this command stops it within ${stop}s (resume=$resume)"
   timeout --signal=TERM --kill-after=60 "$stop" "${SRL[@]}" train sft "$ROOT/configs/sft/$recipe" \
       --output_dir="$WORK/runs/$name" --checkpoint.resume=$resume \
