@@ -271,7 +271,8 @@ stage_eval() {
   local bench=$WORK/data/bench-eval city=$WORK/data/city-eval ood=$WORK/data/city-eval-hillside
   eval_data
   local tvr=(--data "$bench" --split eval --set width=$W --set height=$H --max-new-tokens 16)
-  local virl=(--data "$city" --split all --set visual_data="$ood" --set grid_size=$GRID --limit "$EVAL_VIRL"
+  # EVAL_VIRL episodes per split (the suite's defaults are the reference's 48 / 48 / 18)
+  local virl=(--data "$city" --split all --set visual_data="$ood" --set grid_size=$GRID --set episodes="$EVAL_VIRL"
               --max-new-tokens 96)
   for a in expert random; do
     evaluate "tvr-$a" "$a" tvr "${tvr[@]}" --set memory=va &
