@@ -105,9 +105,11 @@ def test_metrics_combine_across_processes_that_report_different_keys():
     procs = [ctx.Process(target=_reduce_in_process, args=(r, port, queue)) for r in range(2)]
     for p in procs:
         p.start()
-    results = dict(queue.get(timeout=120) for _ in procs)
+    # generous timeouts: two spawned processes import torch + accelerate, which took > 120 s on a loaded
+    # 2-core VM (the test failed there while passing on a quiet one)
+    results = dict(queue.get(timeout=400) for _ in procs)
     for p in procs:
-        p.join(timeout=60)
+        p.join(timeout=120)
         assert p.exitcode == 0
     assert results[0] == results[1]
     got = results[0]
