@@ -139,11 +139,21 @@ merge() {  # arm: the first SHARDS shards of each of its kinds, merged into its 
   spatialrl data merge "${shards[@]}" --out "$WORK/data/$name" --overwrite > "$LOGS/merge-$name.log" 2>&1 \
     && stamp "data $name: $(tail -n 1 "$LOGS/merge-$name.log")" || stamp "FAILED: merge $name"
 }
+init_args() {  # name → MODEL_ARGS: from scratch (the recipe's preset), or INIT=shipped: from the shipped
+               # model of its kind (src/spatialrl/models/weights/<name>; to continue training across
+               # sessions, copy the weights a session returned over those folders, uncommitted: the device
+               # tool carries the working tree). Candidate AO arms start from tvr-ao-sft.
+  MODEL_ARGS=()
+  [ "${INIT:-scratch}" = shipped ] || return 0
+  local from=$1; case $1 in tvr-ao-*) from=tvr-ao-sft ;; esac
+  MODEL_ARGS=(--model.path=builtin:"$from" "--model.preset_overrides={}")
+}
 compile_arm() {  # name: its dataset compiled for the tensor engine now, as the trainer would on its start
                  # (a compile cut by the command's end is lost and redone; 124-186 s per arm on 2026-12-05)
-  local name=$1 recipe; recipe=$(arm "$name" | cut -d' ' -f1)
+  local name=$1 recipe MODEL_ARGS; recipe=$(arm "$name" | cut -d' ' -f1); init_args "$name"
   if "$PY" "$ROOT/scripts/gpu/compile_data.py" "$ROOT/configs/sft/$recipe" "$WORK/data/$name" \
-      --workers $(( 15 / N_ARMS > 0 ? 15 / N_ARMS : 1 )) "${TRAIN_EXTRA[@]}" > "$LOGS/compile-$name.log" 2>&1; then
+      --workers $(( 15 / N_ARMS > 0 ? 15 / N_ARMS : 1 )) "${TRAIN_EXTRA[@]}" "${MODEL_ARGS[@]}" \
+      > "$LOGS/compile-$name.log" 2>&1; then
     stamp "$(tail -n 1 "$LOGS/compile-$name.log")"
   else stamp "FAILED: compile $name (logs/compile-$name.log); the trainer will compile on its start"
   fi
@@ -152,7 +162,8 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
            # with a checkpoint (train/run.py) that RESUME=1 continues. The trainer's own time budget is
            # TOTAL_MIN minutes across commands when set, else what this command leaves (at most BUDGET_MIN;
            # COMPILE_S is kept for the tensor compile, which runs before the training clock).
-  local name=$1 recipe=$2 bs=$3 budget stop resume=never rc
+  local name=$1 recipe=$2 bs=$3 budget stop resume=never rc MODEL_ARGS
+  init_args "$name"
   if [ -n "${TOTAL_MIN:-}" ]; then budget=$TOTAL_MIN
   else budget=$("$PY" -c "print(round(max(0.2, min($BUDGET_MIN, ($TRAIN_END_S - $(elapsed) - ${COMPILE_S:-90}) / 60)), 2))")
   fi
@@ -163,11 +174,11 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
     stamp "train $name: not started, ${stop}s left before TRAIN_END_S (MIN_TRAIN_S ${MIN_TRAIN_S:-60}); the next command starts it"
     return
   fi
-  stamp "train $name: $budget min budget in all, this command stops it within ${stop}s (resume=$resume)"
+  stamp "train $name: $budget min budget in all, this command stops it within ${stop}s (resume=$resume, init=${INIT:-scratch})"
   timeout --signal=TERM --kill-after=60 "$stop" "${SRL[@]}" train sft "$ROOT/configs/sft/$recipe" \
       --output_dir="$WORK/runs/$name" --checkpoint.resume=$resume \
       --data.train="$WORK/data/$name" --data.engine=tensor --per_device_batch_size="$bs" \
-      --time_budget_minutes="$budget" --eval.task=null "${TRAIN_EXTRA[@]}" >> "$LOGS/train-$name.log" 2>&1
+      --time_budget_minutes="$budget" --eval.task=null "${TRAIN_EXTRA[@]}" "${MODEL_ARGS[@]}" >> "$LOGS/train-$name.log" 2>&1
   rc=$?
   local last; last=$(grep -o 'train/loss=[0-9.]*' "$LOGS/train-$name.log" | tail -n 1)
   if [ "$rc" = 0 ] && [ -d "$WORK/runs/$name/final" ]; then stamp "trained $name: $last"
@@ -178,7 +189,7 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
       # already spent leaves the loop before any update, and the run ends as finished: final model)
       "${SRL[@]}" train sft "$ROOT/configs/sft/$recipe" --output_dir="$WORK/runs/$name" --checkpoint.resume=auto \
         --data.train="$WORK/data/$name" --data.engine=tensor --per_device_batch_size="$bs" \
-        --time_budget_minutes=0.001 --eval.task=null "${TRAIN_EXTRA[@]}" >> "$LOGS/train-$name.log" 2>&1 \
+        --time_budget_minutes=0.001 --eval.task=null "${TRAIN_EXTRA[@]}" "${MODEL_ARGS[@]}" >> "$LOGS/train-$name.log" 2>&1 \
         && [ -d "$WORK/runs/$name/final" ] && stamp "ended $name at its checkpoint (budget not reached)" \
         || stamp "FAILED: ending $name at its checkpoint (logs/train-$name.log)"
     fi
