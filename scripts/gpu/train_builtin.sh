@@ -197,6 +197,15 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
   fi
 }
 stage_data() {
+  if [ "$SMOKE" != 1 ] && [ "${LEARN_DURING_DATA:-1}" = 1 ]; then
+    # the GPU idles while the CPU builds data: measure meanwhile whether the shipped TVR architecture learns
+    # to compare two frames (benchmarks/vision_learnability.py; the curve is in logs/, a finished task's
+    # JSON in WORK/eval). Detached (not waited for), stopped by its own timeout.
+    ( cd "$ROOT/benchmarks" && timeout "${LEARN_DURING_DATA_S:-330}" "$PY" -u vision_learnability.py \
+        --config "$ROOT/configs/sft/tvr_ao_small.yaml" --size "${W}x$H" --device cuda --tasks same_pattern \
+        --steps 3000 --eval-every 100 --batch-size 64 --tag shipped-size-b64 --out "$WORK/eval" \
+        > "$LOGS/vision_learnability-during-data.log" 2>&1 & )
+  fi
   for k in $(seq 1 "$NCITY"); do virl_shard "$k" & done
   for k in $(seq 1 "$NBENCH"); do tvr_shard "$k" & done
   wait
