@@ -73,6 +73,15 @@ class TokenSampler(LogitsProcessor):
         return torch.tensor(self.banned, dtype=torch.long, device=logits.device)
 
 
+def cache_kwarg() -> str:
+    """The keyword a model's forward and ``generate`` take a KV cache under: ``cache`` in the transformers
+    that renamed it (5.2x, where ``past_key_values`` is deprecated), ``past_key_values`` before (the GPU
+    machine's 5.17, which rejects ``cache``)."""
+    import transformers.generation.utils as gu
+
+    return "cache" if "cache" in getattr(gu, "ALL_CACHE_NAMES", ()) else "past_key_values"
+
+
 @torch.no_grad()
 def generate_tokens(
     model: Any,
@@ -104,7 +113,7 @@ def generate_tokens(
             eos_token_id=list(eos_ids), pad_token_id=pad_id, **generation_kwargs,
         ),
         logits_processor=LogitsProcessorList([sampler]),
-        **({"cache": cache} if cache is not None else {}),
+        **({cache_kwarg(): cache} if cache is not None else {}),
     )
     sequences = result if isinstance(result, torch.Tensor) else result.sequences
     n = sequences.shape[0] if keep_rows is None else keep_rows
@@ -240,7 +249,10 @@ def _prefill_row(model: Any, row: dict[str, torch.Tensor], start: int, end: int,
         slot_tokens = (ids[0] == image_id).nonzero().squeeze(-1).tolist()
         new = [i for i, s in enumerate(slot_tokens) if start <= s < end]
         kwargs["position_ids"] = torch.arange(start, end)[None]
-        kwargs["cross_attention_mask"] = row["cross_attention_mask"][:, start:end]
+        # rows [start, end) of the mask; transformers before the cache rename (5.17) cuts them out itself
+        # from the cache length, so it takes the rows from 0
+        first = 0 if cache_kwarg() == "past_key_values" else start
+        kwargs["cross_attention_mask"] = row["cross_attention_mask"][:, first:end]
         if new:
             pixels = {k: row[k][:, new] for k in ("pixel_values", "aspect_ratio_ids", "aspect_ratio_mask")}
     elif "pixel_values" not in row and hasattr(inner.model, "get_rope_index"):  # Qwen, text only so far
@@ -262,7 +274,7 @@ def _prefill_row(model: Any, row: dict[str, torch.Tensor], start: int, end: int,
         kwargs.update(pixels)
     if end > start:
         kwargs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
-        model(**kwargs, cache=cache, use_cache=True, logits_to_keep=1)
+        model(**kwargs, **{cache_kwarg(): cache}, use_cache=True, logits_to_keep=1)
     return cache, delta
 
 
