@@ -107,3 +107,12 @@ def test_merge_joins_shards(tmp_path, tvr_ao_data, tvr_va_data):
     assert np.array_equal(first_image(both[len(one)]), first_image(one[0]))
     with pytest.raises(DataError, match="not empty"):
         merge_sft_datasets([tvr_ao_data], merged)
+
+
+def test_text_only_data_gets_plain_positions(gp_data, tiny_builtin):
+    """No images (GeneralPoints in language mode): the rope positions count the real tokens of each row."""
+    processor = load_processor(tiny_builtin)
+    batch = TensorBatcher(compile_dataset(gp_data, processor, "qwen2_5_vl"), processor.tokenizer.pad_token_id).batch([0, 1])
+    valid = batch["attention_mask"].bool()
+    want = (torch.cumsum(valid.long(), 1) - 1).masked_fill(~valid, 0)
+    assert all(torch.equal(axis, want) for axis in batch["position_ids"])

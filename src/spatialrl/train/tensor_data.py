@@ -108,8 +108,8 @@ def pixel_values(images: torch.Tensor, settings: dict[str, Any]) -> tuple[torch.
 def mrope_position_ids(ids: torch.Tensor, valid: torch.Tensor, image_token_id: int, grid_hw: tuple[int, int]) -> torch.Tensor:
     """The Qwen-VL language model's 3-D rope positions (3, B, L) of a right-padded batch whose images all
     have ``grid_hw`` merged tokens (rows, cols): transformers' ``get_rope_index`` without its Python loop
-    over samples and images (~9 syncs per sample on a GPU; 2026-12-05 it was 40% of the operations of a
-    TVR update). Text tokens count on in all three axes; image ``k``'s token ``r`` sits at
+    over samples and images (~9 syncs per sample on a GPU; 2026-12-05 it was 41% of the operations of a
+    forward pass of the shipped TVR model at batch 32). Text tokens count on in all three axes; image ``k``'s token ``r`` sits at
     ``base + (0, r // cols, r % cols)`` with ``base`` = text tokens before it + ``k * max(rows, cols)``;
     padding gets 0. ``tests/train/test_tensor_data.py`` checks it equals ``get_rope_index``."""
     rows, cols = grid_hw
@@ -349,6 +349,11 @@ class TensorBatcher:
         self.images, self.image_ref, self.image_offsets = load("images"), load("image_ref"), load("image_offsets")
         self.weights = load("weights") if (folder / "weights.npy").is_file() else None
         self.lengths = self.offsets[1:] - self.offsets[:-1]
+        # merged tokens per image (rows, cols), one size for the dataset; a text-only dataset has no image
+        # tokens, and any non-zero grid then gives plain text positions
+        unit = self.settings["patch"] * self.settings["merge"]
+        _, height, width, _ = self.images.shape
+        self.image_grid = (height // unit, width // unit) if len(self.images) else (1, 1)
         self.pad = int(pad_token_id)
 
     def __len__(self) -> int:
@@ -364,10 +369,7 @@ class TensorBatcher:
         ids = torch.where(valid, self.ids[where].long(), torch.full_like(where, self.pad))
         labels = torch.where(valid & self.labels[where], ids, torch.full_like(ids, IGNORE_INDEX))
         out = {"input_ids": ids, "attention_mask": valid.long(), "labels": labels}
-        _, height, width, _ = self.images.shape
-        unit = self.settings["patch"] * self.settings["merge"]
-        out["position_ids"] = mrope_position_ids(ids, valid, self.meta["image_token_id"],
-                                                 (height // unit, width // unit))
+        out["position_ids"] = mrope_position_ids(ids, valid, self.meta["image_token_id"], self.image_grid)
         if self.meta.get("mm_token_type_ids"):
             out["mm_token_type_ids"] = (ids == self.meta["image_token_id"]).long()
         if self.weights is not None:
