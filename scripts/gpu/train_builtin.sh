@@ -2,11 +2,12 @@
 # Train the three built-in models — virl-sft, tvr-va-sft, tvr-ao-sft — from scratch on one GPU, in
 # commands on a warm machine (WORK persists between them), then evaluate them on held-out episodes.
 # One session's plan (each command sent within 30 s of the previous one's return: the machine, and
-# WORK, stay only that long; TOTAL_MIN is the training budget of each model across the commands):
+# WORK, stay only that long; TOTAL_MIN is the training budget of each model across the commands; the
+# exact times and arms of the next session are in docs/training.md, "State"):
 #
-#   source scripts/gpu/prelude.sh && STAGE=train  TOTAL_MIN=16 TRAIN_END_S=520 OUT=$OUT timeout 555 bash scripts/gpu/train_builtin.sh
+#   source scripts/gpu/prelude.sh && STAGE=train  TOTAL_MIN=16 TRAIN_END_S=575 OUT=$OUT timeout 590 bash scripts/gpu/train_builtin.sh
 #   source scripts/gpu/prelude.sh && STAGE=resume TOTAL_MIN=16 TRAIN_END_S=520 FINAL=0 OUT=$OUT timeout 555 bash scripts/gpu/train_builtin.sh
-#   source scripts/gpu/prelude.sh && STAGE=resume TOTAL_MIN=16 TRAIN_END_S=<budget left - 60> OUT=$OUT timeout <+30> bash scripts/gpu/train_builtin.sh
+#   source scripts/gpu/prelude.sh && STAGE=resume TOTAL_MIN=16 TRAIN_END_S=<budget left - 70> OUT=$OUT timeout <+30> bash scripts/gpu/train_builtin.sh
 #
 # then, on any machine (the CPU is enough; the weights come back as OUT/<arm>.tar.gz, unpacked into
 # WORK/weights/): STAGE=eval LEARN_BENCH=0 VECTOR_BENCH=0 WORK=... OUT=... bash scripts/gpu/train_builtin.sh
