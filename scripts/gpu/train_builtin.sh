@@ -75,6 +75,10 @@ else
   VECTOR_BENCH_ARGS=${VECTOR_BENCH_ARGS:---sizes 640x360 280x168 --num-envs 256 1024 --steps 4096 --repeats 1}
 fi
 EXPERT_NOISE=${EXPERT_NOISE:-0.3}
+# DATA_ROUND r: the training cities and benches get seeds 100r+101.. (r=0: 101..108), so a session that
+# continues training (INIT=<folder>) sees houses and routes no earlier round saw; never the held-out
+# seeds 0 (eval bench), 1 (validation bench), 7 and 8 (eval cities).
+SEED0=$((100 + 100 * ${DATA_ROUND:-0}))
 PRE_PAIRS=${PRE_PAIRS:-$([ "$SMOKE" = 1 ] && echo 16 || echo 4000)}  # visual pretraining pairs per bench
 # Arms: the models trained side by side. The three shipped ones by default; candidate recipes for the TVR
 # action-only model can join (ARMS="... tvr-ao-allopt tvr-ao-pre"), and STAGE=eval then picks the one
@@ -98,6 +102,17 @@ needs() {  # kind: does any arm train on shards of that kind?
 }
 N_ARMS=$(wc -w <<< "$ARMS")
 [ "$SMOKE" = 1 ] || TRAIN_EXTRA=(--data.num_workers=$(( 15 / N_ARMS > 0 ? 15 / N_ARMS : 1 )) --logging.every=50)
+# Each arm's frames sit on the GPU by default (the tensor engine's fastest path): 10-18 GiB of uint8 per
+# TVR action-only arm, on top of ~8 GiB of activations; five arms ran out of an H100's 80 GiB on
+# 2026-12-05. So when the GPU has less than IMAGES_GIB_PER_ARM (30) GiB per arm, the frames stay on the
+# host, memory-mapped (one page cache for all arms) and copied per batch (data.images_on_device=false).
+# ACCUM: forward passes per update (the batch sizes above are per update; default 1).
+ACCUM=${ACCUM:-1}
+if [ "$SMOKE" != 1 ] && mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1) \
+    && [ $(( ${mib:-0} / 1024 / N_ARMS )) -lt "${IMAGES_GIB_PER_ARM:-30}" ]; then
+  TRAIN_EXTRA+=(--data.images_on_device=false)
+fi
+export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}  # less fragmentation
 stamp "stage=$STAGE smoke=$SMOKE work=$WORK"
 machine_line >> "$OUT/timeline.txt" 2>&1
 if [ "$STAGE" != resume ] && [ "$STAGE" != fit ]; then  # EGL renders, batch frames == single ones (seconds)
@@ -107,23 +122,23 @@ fi
 
 # ------------------------------------------------------------------------------------------- train
 virl_shard() {  # k: a metro city of seed 100+k and its expert episodes
-  local k=$1 city=$WORK/data/city-$((100 + k))
-  [ -f "$city/route_infos.json" ] || make_city metro "$CITY_ROUTES" $((100 + k)) "$city" > "$LOGS/city-$k.log" 2>&1 \
+  local k=$1 city=$WORK/data/city-$((SEED0 + k))
+  [ -f "$city/route_infos.json" ] || make_city metro "$CITY_ROUTES" $((SEED0 + k)) "$city" > "$LOGS/city-$k.log" 2>&1 \
     || { stamp "FAILED: city $k"; return; }
-  spatialrl data sft --task virl --data "$city" --split in-dist --set episodes="$VIRL_EPISODES" --set seed=$((1000 + k)) \
+  spatialrl data sft --task virl --data "$city" --split in-dist --set episodes="$VIRL_EPISODES" --set seed=$((10 * SEED0 + k)) \
     --set grid_size=$GRID --out "$WORK/data/virl-$k" --overwrite --batch-size 32 > "$LOGS/data-virl-$k.log" 2>&1 \
     || stamp "FAILED: virl data $k"
 }
 tvr_shard() {  # k: a bench of seed 100+k (sft split only), its AO (noisy expert) and VA data
-  local k=$1 bench=$WORK/data/bench-$((100 + k))
-  [ -f "$bench/bench.json" ] || spatialrl tvr make-bench --out "$bench" --seed $((100 + k)) --overwrite \
+  local k=$1 bench=$WORK/data/bench-$((SEED0 + k))
+  [ -f "$bench/bench.json" ] || spatialrl tvr make-bench --out "$bench" --seed $((SEED0 + k)) --overwrite \
       --sizes "eval=0,sft=$TVR_SFT,rl=0,diag_rotate=0,diag_move=0" --scenes "sft=$TVR_SCENES,eval=0,rl=0" \
       > "$LOGS/bench-$k.log" 2>&1 || { stamp "FAILED: bench $k"; return; }
   local common=(--task tvr --data "$bench" --split sft --set width=$W --set height=$H --batch-size 32 --overwrite)
   local noisy=("${common[@]}" --set memory=ao --expert-noise "$EXPERT_NOISE" --samples step)
   if needs aoall; then spatialrl data sft "${noisy[@]}" --labels all_optimal --out "$WORK/data/aoall-$k" \
       > "$LOGS/data-aoall-$k.log" 2>&1 || stamp "FAILED: aoall data $k"; fi &
-  if needs pre; then spatialrl tvr pretrain-data --data "$bench" --split sft --pairs "$PRE_PAIRS" --seed $((100 + k)) \
+  if needs pre; then spatialrl tvr pretrain-data --data "$bench" --split sft --pairs "$PRE_PAIRS" --seed $((SEED0 + k)) \
       --set width=$W --set height=$H --out "$WORK/data/pre-$k" --overwrite > "$LOGS/data-pre-$k.log" 2>&1 \
       || stamp "FAILED: pre data $k"; fi &
   if needs ao; then spatialrl data sft "${noisy[@]}" --out "$WORK/data/ao-$k" > "$LOGS/data-ao-$k.log" 2>&1 \
@@ -140,14 +155,20 @@ merge() {  # arm: the first SHARDS shards of each of its kinds, merged into its 
   spatialrl data merge "${shards[@]}" --out "$WORK/data/$name" --overwrite > "$LOGS/merge-$name.log" 2>&1 \
     && stamp "data $name: $(tail -n 1 "$LOGS/merge-$name.log")" || stamp "FAILED: merge $name"
 }
-init_args() {  # name → MODEL_ARGS: from scratch (the recipe's preset), or INIT=shipped: from the shipped
-               # model of its kind (src/spatialrl/models/weights/<name>; to continue training across
-               # sessions, copy the weights a session returned over those folders, uncommitted: the device
-               # tool carries the working tree). Candidate AO arms start from tvr-ao-sft.
+init_args() {  # name → MODEL_ARGS. INIT=scratch (default): the recipe's preset. INIT=shipped: the shipped
+               # model of its kind (src/spatialrl/models/weights/<name>; candidate AO arms start from
+               # tvr-ao-sft). INIT=<folder>: <folder>/<name>/ where present (else from scratch) — to continue
+               # training across sessions, unpack the weights a session returned there (scripts/gpu/
+               # keep_weights.sh: into .init/, git-ignored) and carry it: carry [".whl", ".gl", ".init"].
   MODEL_ARGS=()
-  [ "${INIT:-scratch}" = shipped ] || return 0
-  local from=$1; case $1 in tvr-ao-*) from=tvr-ao-sft ;; esac
-  MODEL_ARGS=(--model.path=builtin:"$from" "--model.preset_overrides={}")
+  case "${INIT:-scratch}" in
+    scratch) return 0 ;;
+    shipped) local from=$1; case $1 in tvr-ao-*) from=tvr-ao-sft ;; esac
+             MODEL_ARGS=(--model.path=builtin:"$from" "--model.preset_overrides={}") ;;
+    *) local dir; dir=$(cd "$ROOT" && realpath -m "$INIT")/$1
+       [ -f "$dir/config.json" ] && MODEL_ARGS=(--model.path="$dir" "--model.preset_overrides={}") ;;
+  esac
+  return 0
 }
 compile_arm() {  # name: its dataset compiled for the tensor engine now, as the trainer would on its start
                  # (a compile cut by the command's end is lost and redone; 124-186 s per arm on 2026-12-05)
@@ -164,7 +185,7 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
            # TOTAL_MIN minutes across commands when set, else what this command leaves (at most BUDGET_MIN;
            # COMPILE_S is kept for the tensor compile, which runs before the training clock).
   local name=$1 recipe=$2 bs=$3 budget stop resume=never rc MODEL_ARGS
-  init_args "$name"
+  init_args "$name"; local from=${MODEL_ARGS[0]:-scratch}
   if [ -n "${TOTAL_MIN:-}" ]; then budget=$TOTAL_MIN
   else budget=$("$PY" -c "print(round(max(0.2, min($BUDGET_MIN, ($TRAIN_END_S - $(elapsed) - ${COMPILE_S:-90}) / 60)), 2))")
   fi
@@ -175,11 +196,12 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
     stamp "train $name: not started, ${stop}s left before TRAIN_END_S (MIN_TRAIN_S ${MIN_TRAIN_S:-60}); the next command starts it"
     return
   fi
-  stamp "train $name: $budget min budget in all, this command stops it within ${stop}s (resume=$resume, init=${INIT:-scratch})"
-  timeout --signal=TERM --kill-after=60 "$stop" "${SRL[@]}" train sft "$ROOT/configs/sft/$recipe" \
-      --output_dir="$WORK/runs/$name" --checkpoint.resume=$resume \
-      --data.train="$WORK/data/$name" --data.engine=tensor --per_device_batch_size="$bs" \
-      --time_budget_minutes="$budget" --eval.task=null "${TRAIN_EXTRA[@]}" "${MODEL_ARGS[@]}" >> "$LOGS/train-$name.log" 2>&1
+  stamp "train $name: $budget min budget in all, this command stops it within ${stop}s (resume=$resume, init=${from#--model.path=}, accum=$ACCUM, frames on $([[ " ${TRAIN_EXTRA[*]} " == *images_on_device=false* ]] && echo host || echo device))"
+  local sft=("${SRL[@]}" train sft "$ROOT/configs/sft/$recipe" --output_dir="$WORK/runs/$name" --data.train="$WORK/data/$name"
+             --data.engine=tensor --per_device_batch_size=$(( bs / ACCUM )) --grad_accum="$ACCUM" --eval.task=null
+             "${TRAIN_EXTRA[@]}" "${MODEL_ARGS[@]}")
+  timeout --signal=TERM --kill-after=60 "$stop" "${sft[@]}" --checkpoint.resume=$resume --time_budget_minutes="$budget" \
+      >> "$LOGS/train-$name.log" 2>&1
   rc=$?
   local last; last=$(grep -o 'train/loss=[0-9.]*' "$LOGS/train-$name.log" | tail -n 1)
   if [ "$rc" = 0 ] && [ -d "$WORK/runs/$name/final" ]; then stamp "trained $name: $last"
@@ -188,9 +210,7 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
     if [ "${RESUME:-0}" = 1 ] && [ "${FINAL:-1}" = 1 ]; then  # the last planned command (FINAL=0: a middle
       # one, the run stays paused for the next): end the run at its checkpoint (a budget
       # already spent leaves the loop before any update, and the run ends as finished: final model)
-      "${SRL[@]}" train sft "$ROOT/configs/sft/$recipe" --output_dir="$WORK/runs/$name" --checkpoint.resume=auto \
-        --data.train="$WORK/data/$name" --data.engine=tensor --per_device_batch_size="$bs" \
-        --time_budget_minutes=0.001 --eval.task=null "${TRAIN_EXTRA[@]}" "${MODEL_ARGS[@]}" >> "$LOGS/train-$name.log" 2>&1 \
+      "${sft[@]}" --checkpoint.resume=auto --time_budget_minutes=0.001 >> "$LOGS/train-$name.log" 2>&1 \
         && [ -d "$WORK/runs/$name/final" ] && stamp "ended $name at its checkpoint (budget not reached)" \
         || stamp "FAILED: ending $name at its checkpoint (logs/train-$name.log)"
     fi
@@ -198,7 +218,8 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
   fi
 }
 stage_data() {
-  if [ "$SMOKE" != 1 ] && [ "${LEARN_DURING_DATA:-1}" = 1 ]; then
+  # (off by default since the second run: seed 0 gave 0.53 / 0.70 at updates 100 / 200 both times)
+  if [ "$SMOKE" != 1 ] && [ "${LEARN_DURING_DATA:-0}" = 1 ]; then
     # the GPU idles while the CPU builds data: measure meanwhile whether the shipped TVR architecture learns
     # to compare two frames (benchmarks/vision_learnability.py; the curve is in logs/, a finished task's
     # JSON in WORK/eval). Detached (not waited for), stopped by its own timeout.

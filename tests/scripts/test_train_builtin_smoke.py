@@ -52,3 +52,15 @@ def test_training_pauses_with_weights_and_resumes_to_a_final_model(tmp_path):
                                              or f"trained {name}" in second), second
         assert (tmp_path / "work" / "runs" / name / "final" / "model.safetensors").is_file()
         assert (tmp_path / "out-resume" / f"{name}.tar.gz").is_file()
+    # the next session: the returned weights kept (keep_weights.sh) and continued on fresh data (DATA_ROUND),
+    # with gradient accumulation (ACCUM: what a GPU with less memory per arm gets)
+    kept = tmp_path / "kept"
+    subprocess.run(["bash", str(ROOT / "scripts/gpu/keep_weights.sh"), str(tmp_path / "out-resume"), str(kept)],
+                   check=True, capture_output=True, text=True)
+    assert (kept / "virl-sft" / "model.safetensors").is_file()
+    (tmp_path / "work").rename(tmp_path / "work-session-1")
+    third = stage(tmp_path, "next", STAGE="train", TRAIN_END_S="60", ARMS="virl-sft", INIT=str(kept),
+                  DATA_ROUND="1", ACCUM="2")
+    assert f"init={kept}/virl-sft, accum=2, frames on device" in third, third
+    assert (tmp_path / "work" / "data" / "city-201").is_dir() and not (tmp_path / "work" / "data" / "city-101").exists()
+    assert "grad_accum=2" in (tmp_path / "work" / "runs" / "virl-sft" / "config.json").read_text().replace('": ', "=")

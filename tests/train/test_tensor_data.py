@@ -43,6 +43,20 @@ def test_batches_equal_the_collators(request, name, tiny_builtin):
         torch.testing.assert_close(got["pixel_values"], want["pixel_values"].float(), atol=1e-5, rtol=1e-5)
 
 
+def test_frames_on_the_host_give_the_same_batches(tvr_ao_data, tiny_builtin):
+    """data.images_on_device=false: frames memory-mapped and copied per batch, the batches unchanged."""
+    processor = load_processor(tiny_builtin)
+    folder = compile_dataset(tvr_ao_data, processor, "qwen2_5_vl")
+    resident = TensorBatcher(folder, processor.tokenizer.pad_token_id)
+    mapped = TensorBatcher(folder, processor.tokenizer.pad_token_id, images_on_device=False)
+    assert mapped.host_images is not None and len(mapped.images) == 0 and mapped.image_grid == resident.image_grid
+    for indices in ([0, 1, 2], [len(resident) - 1, 0], [1]):
+        want, got = resident.batch(indices), mapped.batch(indices)
+        assert set(got) == set(want)
+        for key in want:
+            assert torch.equal(got[key], want[key]), key
+
+
 def test_stop_samples_pair_the_current_frame_with_the_target(tvr_ao_data, tiny_builtin):
     """At Stop-labelled states the current and target frames are the same pixels (the pairing is right)."""
     processor = load_processor(tiny_builtin)

@@ -162,6 +162,11 @@ class SFTDataConfig:
         metadata=_help("collator = per-sample processor calls in DataLoader workers (any family); tensor = the "
                        "dataset compiled once to arrays and batched on the device (Qwen-VL families; "
                        "train/tensor_data.py), the GPU-speed path."))
+    images_on_device: bool = field(
+        default=True,
+        metadata=_help("tensor engine: keep the dataset's frames on the GPU (fastest), or false: memory-mapped on "
+                       "the host and copied per batch (for frames larger than the GPU's share, e.g. several runs "
+                       "on one GPU)."))
 
 
 @dataclass

@@ -122,7 +122,7 @@ def micro_batch_source(cfg: SFTConfig, train_set: SFTDataset, processor: Any, mo
         from spatialrl.train.tensor_data import TensorBatcher, compile_dataset
 
         folder = compile_dataset(cfg.data.train, processor, model_type, workers=cfg.data.num_workers, progress=True)
-        batcher = TensorBatcher(folder, processor.tokenizer.pad_token_id, device)
+        batcher = TensorBatcher(folder, processor.tokenizer.pad_token_id, device, cfg.data.images_on_device)
         if len(batcher) != len(train_set):
             raise DataError(f"{folder}: {len(batcher)} compiled samples, the dataset has {len(train_set)}")
         return (batcher.batch(indices) for indices in plan)
