@@ -103,14 +103,23 @@ def test_tokens_and_logprobs_match_teacher_forcing(policy: HFPolicy, sampling: S
 
 def test_collate_equals_batched_processor(policy: HFPolicy):
     """Per-conversation processing + our collation == one batched processor call, tensor for tensor."""
-    convs = conversations()
-    prepared = [policy._prepare(c) for c in convs]
+    prepared = [policy._prepare(c) for c in conversations()]
+
+    def batched(prepared):
+        images = [p.images for p in prepared]
+        flat = [im for p in prepared for im in p.images]
+        return policy.processor(text=[p.text for p in prepared], padding=True, return_tensors="pt",
+                                add_special_tokens=False,
+                                images=images if policy.family not in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl") else flat)
+
+    try:
+        theirs = batched(prepared)
+    except ValueError as e:  # Mllama's processor in transformers 5.17 refuses a batch mixing text-only rows
+        assert "at least one image per sample" in str(e)  # (ours encodes them); compare the rows with images
+        prepared = [p for p in prepared if p.images]
+        assert len(prepared) >= 2
+        theirs = batched(prepared)
     ours = policy._encode(prepared)
-    images = [p.images for p in prepared]
-    flat = [im for p in prepared for im in p.images]
-    theirs = policy.processor(text=[p.text for p in prepared], padding=True, return_tensors="pt",
-                              add_special_tokens=False,
-                              images=images if policy.family not in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl") else flat)
     assert set(ours.keys()) == set(theirs.keys())
     for key in theirs:
         assert ours[key].dtype == theirs[key].dtype, key

@@ -82,6 +82,32 @@ def cache_kwarg() -> str:
     return "cache" if "cache" in getattr(gu, "ALL_CACHE_NAMES", ()) else "past_key_values"
 
 
+def static_cache_kwargs(model: Any, max_cache_len: int) -> dict[str, Any]:
+    """``generate_tokens`` keywords for transformers' fixed-size (static) KV cache.
+
+    Usually ``cache_implementation="static"``. Models with cross-attention layers (Mllama) get the cache
+    built here instead: transformers 5.17 (the GPU machine's) sizes every layer of a static cache to the
+    text's ``max_cache_len``, so a cross-attention layer's keys — the image states, fewer — came back
+    padded with zeros to that length and its attention mask no longer matched (a shape error). Here those
+    layers are sized to the image states they receive, as later releases do; still static, so still
+    compileable."""
+    layers = getattr(model.config.get_text_config(decoder=True), "cross_attention_layers", None)
+    if not layers:
+        return {"cache_implementation": "static"}
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
+    class CrossAttentionLayer(StaticLayer):
+        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+            self.max_cache_len = key_states.shape[-2]  # the image states, written once at prefill
+            super().lazy_initialization(key_states, value_states)
+
+    cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
+    for idx in layers:
+        cache.layers[idx] = CrossAttentionLayer(max_cache_len=max_cache_len)
+    return {"cache": cache}
+
+
 @torch.no_grad()
 def generate_tokens(
     model: Any,

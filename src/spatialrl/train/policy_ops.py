@@ -24,7 +24,7 @@ import torch
 from spatialrl.agents.base import SamplingParams
 from spatialrl.agents.vision_cache import VisionCache
 from spatialrl.models.family import banned_token_ids, eos_token_ids
-from spatialrl.models.sampling import PrefixKV, generate_from_prefixes, generate_tokens
+from spatialrl.models.sampling import PrefixKV, generate_from_prefixes, generate_tokens, static_cache_kwargs
 from spatialrl.rollout.trajectory import Segment, TurnTokenizer
 
 STATIC_WIDTH_STEP = 256  # kv_cache="static": prompts are left-padded to a multiple of this many tokens
@@ -85,7 +85,6 @@ def sample_segments(
         if static:
             raise ValueError("prefix_cache needs kv_cache='dynamic' (a static cache is rebuilt per call)")
         prefix_cache.check_weights(model)
-    cache_kwargs = {"cache_implementation": "static"} if static else {}
     for lo in range(0, len(segments), step):
         chunk = segments[lo : lo + step]
         if prefix_cache is not None:
@@ -98,6 +97,7 @@ def sample_segments(
         width = -(-longest // STATIC_WIDTH_STEP) * STATIC_WIDTH_STEP if static else None
         inputs = collate_inputs(turns, [(s, len(s)) for s in rows], "left", device, (vision_cache, model),
                                 generate=True, width=width)
+        cache_kwargs = static_cache_kwargs(model, width + sampling.max_new_tokens) if static else {}
         out += generate_tokens(model, inputs, sampling, generator, eos, banned, turns.pad_id,
                                keep_rows=len(chunk), **cache_kwargs)
     return out
