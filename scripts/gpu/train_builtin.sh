@@ -63,6 +63,7 @@ trap pack_logs EXIT
 if [ "$SMOKE" = 1 ]; then
   NCITY=${NCITY:-2}; CITY_ROUTES=${CITY_ROUTES:-4}; VIRL_EPISODES=${VIRL_EPISODES:-4}; NBENCH=${NBENCH:-2}
   TVR_SFT=${TVR_SFT:-4}; TVR_SCENES=${TVR_SCENES:-1}; TRAIN_END_S=${TRAIN_END_S:-100000}; BUDGET_MIN=${BUDGET_MIN:-0.2}
+  VAL_ROUTES=${VAL_ROUTES:-4}; VAL_EVERY=${VAL_EVERY:-2}
   EVAL_TVR=${EVAL_TVR:-4}; VAL_TVR=${VAL_TVR:-4}; EVAL_VIRL=${EVAL_VIRL:-2}; EVAL_ROUTES=${EVAL_ROUTES:-4}; W=112; H=64; GRID=112
   TRAIN_EXTRA=(--model.path=preset:tiny "--model.preset_overrides={}" --data.num_workers=0 --logging.every=1)
   BS_VIRL=2; BS_AO=4; BS_VA=2; PROBE_STATES=${PROBE_STATES:-8}; MIN_TRAIN_S=${MIN_TRAIN_S:-10}
@@ -70,6 +71,7 @@ if [ "$SMOKE" = 1 ]; then
 else
   NCITY=${NCITY:-8}; CITY_ROUTES=${CITY_ROUTES:-200}; VIRL_EPISODES=${VIRL_EPISODES:-600}; NBENCH=${NBENCH:-8}
   TVR_SFT=${TVR_SFT:-600}; TVR_SCENES=${TVR_SCENES:-40}; TRAIN_END_S=${TRAIN_END_S:-560}; BUDGET_MIN=${BUDGET_MIN:-7}
+  VAL_ROUTES=${VAL_ROUTES:-60}; VAL_EVERY=${VAL_EVERY:-500}
   EVAL_TVR=${EVAL_TVR:-200}; VAL_TVR=${VAL_TVR:-100}; EVAL_VIRL=${EVAL_VIRL:-120}; EVAL_ROUTES=${EVAL_ROUTES:-400}; W=280; H=168; GRID=224
   BS_VIRL=64; BS_AO=128; BS_VA=8; PROBE_STATES=${PROBE_STATES:-200}
   VECTOR_BENCH_ARGS=${VECTOR_BENCH_ARGS:---sizes 640x360 280x168 --num-envs 256 1024 --steps 4096 --repeats 1}
@@ -147,6 +149,29 @@ tvr_shard() {  # k: a bench of seed 100+k (sft split only), its AO (noisy expert
       > "$LOGS/data-va-$k.log" 2>&1 || stamp "FAILED: va data $k"; fi
   wait
 }
+val_data() {  # held-out SFT data for the trainers' image-use curve (heldout/loss, heldout/image_swap_gap
+               # every VAL_EVERY updates): the validation bench (seed 1, its own houses) and a validation
+               # city (seed 9); never the test data (bench seed 0, cities 7 and 8)
+  local bench=$WORK/data/bench-val city=$WORK/data/city-val
+  if needs ao || needs aoall || needs pre || needs va; then
+    [ -f "$bench/bench.json" ] || spatialrl tvr make-bench --out "$bench" --seed 1 --overwrite \
+        --sizes "eval=$VAL_TVR,sft=0,rl=0,diag_rotate=0,diag_move=0" > "$LOGS/bench-val.log" 2>&1 \
+        || { stamp "FAILED: validation bench"; return; }
+    local common=(--task tvr --data "$bench" --split eval --set width=$W --set height=$H --batch-size 32 --overwrite)
+    if needs ao || needs aoall || needs pre; then spatialrl data sft "${common[@]}" --set memory=ao \
+        --expert-noise "$EXPERT_NOISE" --samples step --out "$WORK/data/val-ao" > "$LOGS/data-val-ao.log" 2>&1 \
+        || stamp "FAILED: val-ao data"; fi &
+    if needs va; then spatialrl data sft "${common[@]}" --set memory=va --out "$WORK/data/val-va" \
+        > "$LOGS/data-val-va.log" 2>&1 || stamp "FAILED: val-va data"; fi &
+  fi
+  if needs virl; then
+    { [ -f "$city/route_infos.json" ] || make_city metro "$VAL_ROUTES" 9 "$city" > "$LOGS/city-val.log" 2>&1; } \
+      && spatialrl data sft --task virl --data "$city" --split in-dist --set episodes="$VAL_ROUTES" --set seed=9 \
+        --set grid_size=$GRID --out "$WORK/data/val-virl" --overwrite --batch-size 32 > "$LOGS/data-val-virl.log" 2>&1 \
+      || stamp "FAILED: val-virl data"
+  fi
+  wait
+}
 merge() {  # arm: the first SHARDS shards of each of its kinds, merged into its dataset
   local name=$1 prefix shards=()
   for prefix in $(arm "$name" | cut -d' ' -f5-); do
@@ -200,6 +225,11 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
   local sft=("${SRL[@]}" train sft "$ROOT/configs/sft/$recipe" --output_dir="$WORK/runs/$name" --data.train="$WORK/data/$name"
              --data.engine=tensor --per_device_batch_size=$(( bs / ACCUM )) --grad_accum="$ACCUM" --eval.task=null
              "${TRAIN_EXTRA[@]}" "${MODEL_ARGS[@]}")
+  local task memory val; read -r _ _ task memory _ <<< "$(arm "$name")"
+  val=$WORK/data/val-$([ "$task" = virl ] && echo virl || echo "$memory")
+  # the image-use curve on held-out data (VA samples are whole trajectories: fewer)
+  [ -f "$val/meta.json" ] && sft+=(--data.eval="$val" --eval_loss_every="$VAL_EVERY"
+                                   --data.eval_samples=$([ "$memory" = va ] && echo 32 || echo 256))
   timeout --signal=TERM --kill-after=60 "$stop" "${sft[@]}" --checkpoint.resume=$resume --time_budget_minutes="$budget" \
       >> "$LOGS/train-$name.log" 2>&1
   rc=$?
@@ -228,6 +258,7 @@ stage_data() {
         --steps 3000 --eval-every 100 --batch-size 64 --tag shipped-size-b64 --out "$WORK/eval" \
         > "$LOGS/vision_learnability-during-data.log" 2>&1 & )
   fi
+  val_data &
   for k in $(seq 1 "$NCITY"); do virl_shard "$k" & done
   for k in $(seq 1 "$NBENCH"); do tvr_shard "$k" & done
   wait

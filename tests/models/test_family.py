@@ -24,6 +24,7 @@ from spatialrl.models.tiny import BUILDERS, build_tiny
 from spatialrl.rollout.trajectory import TurnTokenizer
 from spatialrl.train.policy_ops import sample_segments
 from tests.conversations import assistant, user
+from tests.transformers_release import QWEN_TAKES_ENCODED_IMAGES
 
 FAMILY_NAMES = sorted(BUILDERS)
 
@@ -55,7 +56,8 @@ def test_every_path_uses_the_one_adapter(tiny):
     assert policy.processor.tokenizer.convert_tokens_to_ids(policy.processor.image_token) in policy.banned_token_ids
     towers = {n.rsplit(".", 1)[-1] for n, _ in policy.model.named_modules()}
     assert set(family.vision_modules) <= towers and set(family.vision_modules) <= set(VISION_MODULE_NAMES)
-    assert VisionCache.supports(policy.model) == (family.vision_features is not None)
+    assert VisionCache.supports(policy.model) == (family.vision_features is not None
+                                                  and (family.vision_features != "qwen" or QWEN_TAKES_ENCODED_IMAGES))
 
 
 def test_eval_tokens_equal_rl_and_sft_tokens(tiny):

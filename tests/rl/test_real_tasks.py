@@ -7,6 +7,7 @@ import pytest
 
 from spatialrl.train.config import load_config
 from spatialrl.train.rl_config import GRPOConfig, PPOConfig
+from tests.transformers_release import QWEN_TAKES_ENCODED_IMAGES, needs_qwen_encoded_images
 
 from .letters import REPO
 
@@ -47,7 +48,9 @@ def test_one_update_on_each_real_task(tmp_path, tiny_model_dir):
             assert {f"rewards/{c}/mean" for c in ("step", "format", "progress", "terminal")} <= set(last)
             assert 1 <= last["episodes/length_mean"] <= 3
             # G=2 copies of a task share their frames: the rollout cache encodes each distinct one once
-            assert last["charts/images_cached"] > 0 and last["charts/images_encoded"] > 0
+            # (where the installed transformers can take encoded images: not 5.17, the GPU machine's)
+            if QWEN_TAKES_ENCODED_IMAGES:
+                assert last["charts/images_cached"] > 0 and last["charts/images_encoded"] > 0
         else:
             assert "rewards/match/mean" in last and last["episodes/length_mean"] == 1
 
@@ -63,6 +66,7 @@ def assert_same_numbers(off: list[dict], on: list[dict]) -> None:
 
 
 @pytest.mark.slow
+@needs_qwen_encoded_images
 def test_vision_cache_changes_no_number(tmp_path, tiny_model_dir):
     """Two multi-turn GRPO updates on TVR with VA memory and a frozen vision tower (rollouts, old
     log-probs and the training forward all take cached features), with the cache off and on: the same

@@ -45,6 +45,9 @@ def test_training_pauses_with_weights_and_resumes_to_a_final_model(tmp_path):
         with tarfile.open(tmp_path / "out-train" / f"{name}.tar.gz") as tar:
             names = tar.getnames()
         assert f"{name}/model.safetensors" in names and f"{name}/spatialrl_model.json" in names
+        # the image-use curve on the held-out data (validation bench seed 1, validation city seed 9)
+        metrics = (tmp_path / "work" / "runs" / name / "metrics.jsonl").read_text()
+        assert '"heldout/image_swap_gap"' in metrics, (name, metrics[-2000:])
     # resumed and stopped again before the budget: the run is ended at its checkpoint (a final model)
     second = stage(tmp_path, "resume", STAGE="resume", TRAIN_END_S="40")
     for name in ("virl-sft", "tvr-ao-sft", "tvr-va-sft"):

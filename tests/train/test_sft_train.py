@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -201,3 +202,57 @@ def test_tensorboard_through_accelerate_trackers(tmp_path, gp_data, tiny_builtin
         acc.Reload()
         scalars |= set(acc.Tags()["scalars"])
     assert "train/loss" in scalars
+
+
+def test_image_swap_check(tvr_ao_data, tiny_builtin):
+    """heldout/image_swap_gap: the held-out loss with each sample's images swapped for another's, minus the
+    true loss. The swap keeps the text and moves whole image sets; identical images give a gap of exactly 0."""
+    from accelerate import Accelerator
+    from transformers import AutoModelForImageTextToText
+
+    from spatialrl.models.processor import load_processor
+    from spatialrl.train.sft import heldout_loss, swap_images
+
+    dataset = SFTDataset(tvr_ao_data)
+    samples = [dataset[i] for i in range(6)]
+    originals, swapped = swap_images(samples)
+    assert len(originals) == len(swapped) == 6
+
+    def images(s):
+        return [p["image"] for m in s["messages"] for p in m["content"] if p["type"] == "image"]
+
+    def text(s):
+        return [p.get("text") for m in s["messages"] for p in m["content"]]
+
+    for k, (a, b) in enumerate(zip(originals, swapped, strict=True)):  # AO: the next sample's two frames
+        assert text(a) == text(b)
+        donor = samples[(k + 1) % 6]
+        assert all(np.array_equal(x, y) for x, y in zip(images(b), images(donor), strict=True))
+    assert swap_images(samples[:1]) == ([], [])  # alone: nothing to swap with
+    # samples of different image counts (visual-action trajectories): a shorter donor is cycled through
+    short = {**samples[1], "messages": [{**m, "content": [p for p in m["content"] if p["type"] != "image"][:1]
+                                         + [p for p in m["content"] if p["type"] == "image"][:1]}
+                                        for m in samples[1]["messages"]]}
+    assert len(images(short)) == 1
+    _, (first, second) = swap_images([samples[0], short])
+    assert all(np.array_equal(x, images(short)[0]) for x in images(first))  # both frames from the 1-image donor
+    assert np.array_equal(images(second)[0], images(samples[0])[0])
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_builtin, dtype=torch.float32)
+    collate = Collator(load_processor(tiny_builtin), model.config.model_type, None)
+    acc = Accelerator(cpu=True)
+    got = heldout_loss(acc, model, dataset, collate, limit=6, batch_size=3)
+    assert got["heldout/image_swap_gap"] != 0.0  # a random model still reacts to pixels
+
+    class SameImages:  # every sample shows the first sample's frames: swapping changes nothing
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            first = iter(images(samples[0]))
+            s = samples[i]
+            return {**s, "messages": [{**m, "content": [{**p, "image": next(first)} if p["type"] == "image" else p
+                                                        for p in m["content"]]} for m in s["messages"]]}
+
+    same = heldout_loss(acc, model, SameImages(), collate, limit=6, batch_size=3)
+    assert same["heldout/image_swap_gap"] == 0.0

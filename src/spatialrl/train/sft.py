@@ -142,24 +142,57 @@ def update_plan(cfg: SFTConfig, n_samples: int, world: int) -> tuple[int, int]:
     return per_epoch, total
 
 
+def swap_images(samples: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(originals, swapped)``: each sample with images, and a copy whose k-th image is the k-th of the
+    next sample with images (cyclically; a donor with fewer images is cycled through). The text stays, so
+    a model that uses its images scores the copies worse (``heldout/image_swap_gap``), a blind one the
+    same. A TVR action-only sample gets another state's current and target frames, a visual-action
+    trajectory another trajectory's frames. Fewer than two samples with images: nothing to swap."""
+    def images(sample: dict[str, Any]) -> list[Any]:
+        return [p["image"] for m in sample["messages"] for p in m["content"] if p["type"] == "image"]
+
+    with_images = [s for s in samples if images(s)]
+    if len(with_images) < 2:
+        return [], []
+    swapped = []
+    for a, b in zip(with_images, with_images[1:] + with_images[:1]):
+        donor, k = images(b), iter(range(1 << 30))
+        swapped.append({**a, "messages": [{**m, "content": [{**p, "image": donor[next(k) % len(donor)]}
+                                                            if p["type"] == "image" else p for p in m["content"]]}
+                                          for m in a["messages"]]})
+    return with_images, swapped
+
+
 @torch.no_grad()
 def heldout_loss(accelerator: Any, model: Any, dataset: SFTDataset, collate: Collator, limit: int,
                  batch_size: int) -> dict[str, float]:
-    """Token-mean loss and accuracy on the first ``limit`` held-out samples, split across processes."""
+    """Token-mean loss and accuracy on the first ``limit`` held-out samples, split across processes; and
+    the image-use check: the loss again with every sample's images swapped for another sample's
+    (:func:`swap_images`), reported as ``heldout/image_swap_gap`` = swapped − true on those samples."""
     model.eval()
     n = min(limit, len(dataset))
-    mine = list(range(accelerator.process_index, n, accelerator.num_processes))
-    totals = torch.zeros(3, device=accelerator.device, dtype=torch.float64)
-    for i in range(0, len(mine), batch_size):
-        encoded = collate([dataset[j] for j in mine[i:i + batch_size]])
-        batch = {k: v.to(accelerator.device) for k, v in encoded.items()}
-        with accelerator.autocast():
-            loss_sum, count, correct = token_loss(model, batch)
-        totals += torch.stack([loss_sum.double(), count.double(), correct.double()])
-    totals = accelerator.reduce(totals, reduction="sum")
+    mine = [dataset[j] for j in range(accelerator.process_index, n, accelerator.num_processes)]
+
+    def totals(samples: list[dict[str, Any]]) -> torch.Tensor:
+        out = torch.zeros(3, device=accelerator.device, dtype=torch.float64)
+        for i in range(0, len(samples), batch_size):
+            encoded = collate(samples[i:i + batch_size])
+            batch = {k: v.to(accelerator.device) for k, v in encoded.items()}
+            with accelerator.autocast():
+                loss_sum, count, correct = token_loss(model, batch)
+            out += torch.stack([loss_sum.double(), count.double(), correct.double()])
+        return accelerator.reduce(out, reduction="sum")
+
+    true = totals(mine)
+    originals, swapped = swap_images(mine)
+    paired = torch.stack([totals(originals), totals(swapped)])  # every process runs both (collective reduce)
     model.train()
-    return {"heldout/loss": (totals[0] / totals[1].clamp(min=1)).item(),
-            "heldout/token_accuracy": (totals[2] / totals[1].clamp(min=1)).item(), "heldout/tokens": totals[1].item()}
+    out = {"heldout/loss": (true[0] / true[1].clamp(min=1)).item(),
+           "heldout/token_accuracy": (true[2] / true[1].clamp(min=1)).item(), "heldout/tokens": true[1].item()}
+    if paired[0, 1] > 0:
+        losses = paired[:, 0] / paired[:, 1]
+        out["heldout/image_swap_gap"] = (losses[1] - losses[0]).item()
+    return out
 
 
 def parameter_digest(model: Any) -> str:
