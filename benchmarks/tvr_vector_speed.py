@@ -74,6 +74,26 @@ def vector_rate(bench_dir: Path, w: int, h: int, n: int, n_steps: int, seed: int
     return vec_steps * n / wall, 1000 * cpu / (vec_steps * n)
 
 
+def profile_row(bench_dir: Path, w: int, h: int, n: int, n_steps: int, out: Path, tag: str, device: str) -> None:
+    """Where a vector row's host time goes (issue 21: on the H200 every step cost 1.4 CPU ms at 640x360
+    and the GPU waited): cProfile of ``vector_rate``, the top functions by own time, as text."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    rate, cpu_ms = prof.runcall(vector_rate, bench_dir, w, h, n, n_steps, 3)
+    text = io.StringIO()
+    text.write(f"tvr_vector_speed --profile: {w}x{h} N={n}, {device}, {machine()}, commit {git_commit()}, "
+               f"{dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}\n"
+               f"under cProfile: {rate:.0f} env steps/s, {cpu_ms:.2f} CPU ms/step (setup and warm-up included below)\n")
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(40)
+    out.mkdir(parents=True, exist_ok=True)
+    name = "tvr_vector_profile-" + ("llvmpipe" if "llvmpipe" in device else "gpu") + (f"-{tag}" if tag else "") + ".txt"
+    (out / name).write_text(text.getvalue())
+    print(f"profile: {out / name}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", nargs="+", default=["640x360", "280x168"], help="image sizes WxH")
@@ -82,6 +102,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions per row (median reported)")
     ap.add_argument("--scenes", type=int, default=4, help="eval scenes per family (single- and multi-room)")
     ap.add_argument("--tag", default="", help="suffix of the results file name (e.g. quiet)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="also run the vector env of N envs at the first size under cProfile (after the rows) and "
+                         "write where the host time goes: the 40 costliest functions by own time "
+                         "(results/tvr_vector_profile-<machine><tag>.txt)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"), help="results folder")
     args = ap.parse_args()
     sizes = [tuple(int(v) for v in s.lower().split("x")) for s in args.sizes]
@@ -124,6 +148,8 @@ def main() -> None:
                       f"{', '.join(f'{r:.0f}' for r in rates)})  {row['cpu_ms_per_step']:6.2f} CPU ms/step  "
                       f"{row['cores_used']:.2f} cores  "
                       f"load {row['load_1m']:.1f}", flush=True)
+        if args.profile:
+            profile_row(bench_dir, *sizes[0], args.profile, args.steps, Path(args.out), args.tag, device)
     result = {
         "benchmark": "tvr_vector_speed",
         "machine": machine(),

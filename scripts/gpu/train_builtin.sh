@@ -9,6 +9,9 @@
 #   source scripts/gpu/prelude.sh && STAGE=resume TOTAL_MIN=16 TRAIN_END_S=520 FINAL=0 OUT=$OUT timeout 555 bash scripts/gpu/train_builtin.sh
 #   source scripts/gpu/prelude.sh && STAGE=resume TOTAL_MIN=16 TRAIN_END_S=<budget left - 70> OUT=$OUT timeout <+30> bash scripts/gpu/train_builtin.sh
 #
+# Across sessions: keep what a command returned (bash scripts/gpu/keep_weights.sh /work/.device/<n> → .init/),
+# carry .init beside .whl and .gl, and run with INIT=.init DATA_ROUND=<previous + 1> (fresh houses and routes).
+#
 # then, on any machine (the CPU is enough; the weights come back as OUT/<arm>.tar.gz, unpacked into
 # WORK/weights/): STAGE=eval LEARN_BENCH=0 VECTOR_BENCH=0 WORK=... OUT=... bash scripts/gpu/train_builtin.sh
 #
@@ -257,6 +260,13 @@ stage_data() {
         --config "$ROOT/configs/sft/tvr_ao_small.yaml" --size "${W}x$H" --device cuda --tasks same_pattern \
         --steps 3000 --eval-every 100 --batch-size 64 --tag shipped-size-b64 --out "$WORK/eval" \
         > "$LOGS/vision_learnability-during-data.log" 2>&1 & )
+  fi
+  if [ "$SMOKE" != 1 ] && [ "${PROFILE_DURING_DATA:-1}" = 1 ]; then
+    # issue 21 on the idle GPU (~1-2 of 16 cores): where a TVRVectorEnv step's host time goes at 640x360,
+    # N = 1,024 (cProfile: logs/tvr_vector_profile-gpu-data-stage.txt) and the rows beside it
+    ( cd "$ROOT/benchmarks" && timeout "${PROFILE_DURING_DATA_S:-300}" "$PY" -u tvr_vector_speed.py --sizes 640x360 \
+        --num-envs 256 1024 --steps 4096 --repeats 1 --profile 1024 --tag data-stage --out "$LOGS" \
+        > "$LOGS/tvr_vector_speed-during-data.log" 2>&1 & )
   fi
   val_data &
   for k in $(seq 1 "$NCITY"); do virl_shard "$k" & done
