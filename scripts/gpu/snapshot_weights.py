@@ -48,7 +48,7 @@ def main() -> int:
         hf_config.write_text(json.dumps(cfg, indent=2))
         atomic_write_json(tmp / META_FILE, {
             "trained_by": "spatialrl train sft", "snapshot_of": str(checkpoint), "updates": step,
-            "dataset": dataset,
+            "recipe": config, "dataset": dataset,
             "eval": eval_settings_from_dataset(dataset.get("task"), dataset.get("options") or {},
                                                config.get("eval", {}).get("max_new_tokens", 64))})
     print(f"snapshot {args.out}: update {step} of {args.run} in bf16", flush=True)
