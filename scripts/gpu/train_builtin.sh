@@ -30,7 +30,9 @@
 #
 # STAGE=train: data at scale, built in parallel processes (16 cores):
 #   V-IRL  NCITY metro cities (seeds 101..), VIRL_EPISODES expert episodes each  → merged dataset
-#   TVR    NBENCH benches (seeds 101..; sft split only) → action-only data from a noisy expert
+#   TVR    NBENCH benches (seeds 101..; sft split only; TVR_SCENES houses each: 100 since the second
+#          2026-12-05 session, 40 before — unseen houses are what a frame-reading policy lacked, issue 19)
+#          → action-only data from a noisy expert
 #          (EXPERT_NOISE: off-path states, labels stay the look-first oracle's) and visual-action
 #          trajectories of the plain expert → merged datasets
 #   then the three SFT runs side by side on the GPU with the tensor data engine (data.engine=tensor),
@@ -73,7 +75,7 @@ if [ "$SMOKE" = 1 ]; then
   VECTOR_BENCH_ARGS=${VECTOR_BENCH_ARGS:---sizes 112x64 --num-envs 4 --steps 16 --repeats 1 --scenes 1}
 else
   NCITY=${NCITY:-8}; CITY_ROUTES=${CITY_ROUTES:-200}; VIRL_EPISODES=${VIRL_EPISODES:-600}; NBENCH=${NBENCH:-8}
-  TVR_SFT=${TVR_SFT:-600}; TVR_SCENES=${TVR_SCENES:-40}; TRAIN_END_S=${TRAIN_END_S:-560}; BUDGET_MIN=${BUDGET_MIN:-7}
+  TVR_SFT=${TVR_SFT:-600}; TVR_SCENES=${TVR_SCENES:-100}; TRAIN_END_S=${TRAIN_END_S:-560}; BUDGET_MIN=${BUDGET_MIN:-7}
   VAL_ROUTES=${VAL_ROUTES:-60}; VAL_EVERY=${VAL_EVERY:-500}
   EVAL_TVR=${EVAL_TVR:-200}; VAL_TVR=${VAL_TVR:-100}; EVAL_VIRL=${EVAL_VIRL:-120}; EVAL_ROUTES=${EVAL_ROUTES:-400}; W=280; H=168; GRID=224
   BS_VIRL=64; BS_AO=128; BS_VA=8; PROBE_STATES=${PROBE_STATES:-200}
