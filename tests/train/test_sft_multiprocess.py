@@ -30,7 +30,8 @@ def free_port() -> int:
 def test_two_processes_stay_in_sync_and_match_one_process(tmp_path, virl_data, tiny_builtin):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(
-        f"data: {{train: {virl_data}}}\nmodel: {{path: {tiny_builtin}}}\nmax_steps: 2\nper_device_batch_size: 2\n"
+        f"data: {{train: {virl_data}, eval: {virl_data}, eval_samples: 7}}\neval_loss_every: 1\n"
+        f"model: {{path: {tiny_builtin}}}\nmax_steps: 2\nper_device_batch_size: 2\n"
         "grad_accum: 2\ncheck_sync_every: 1\noptim: {lr: 3e-3, warmup_ratio: 0.0}\n"
         "logging: {report_to: none, every: 1}\ncheckpoint: {resume: never}\n")
     two = tmp_path / "two"
@@ -47,6 +48,9 @@ def test_two_processes_stay_in_sync_and_match_one_process(tmp_path, virl_data, t
     assert len(digests) == 2 and digests[0] == digests[1]  # both replicas bit-identical after every update
     setup = json.loads((two / "metrics.jsonl").read_text().splitlines()[0])
     assert setup["setup/processes"] == 2
+    # the held-out passes (true and images swapped) are collective: both processes ran them in step
+    heldout = [json.loads(r) for r in (two / "metrics.jsonl").read_text().splitlines() if "heldout/loss" in r]
+    assert len(heldout) >= 2 and all("heldout/image_swap_gap" in r for r in heldout)
 
     # the same global batch (2 processes x 2 samples x 2 micro-batches) in one process
     one = tmp_path / "one"

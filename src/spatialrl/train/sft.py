@@ -185,7 +185,11 @@ def heldout_loss(accelerator: Any, model: Any, dataset: SFTDataset, collate: Col
 
     true = totals(mine)
     originals, swapped = swap_images(mine)
-    paired = torch.stack([totals(originals), totals(swapped)])  # every process runs both (collective reduce)
+    # (every process runs the same passes: the reduce is collective; when every sample of every process
+    # has images, the originals are the true pass)
+    differ = torch.tensor(float(len(originals) != len(mine)), device=accelerator.device)
+    same = accelerator.reduce(differ, reduction="sum").item() == 0
+    paired = torch.stack([true if same else totals(originals), totals(swapped)])
     model.train()
     out = {"heldout/loss": (true[0] / true[1].clamp(min=1)).item(),
            "heldout/token_accuracy": (true[2] / true[1].clamp(min=1)).item(), "heldout/tokens": true[1].item()}
