@@ -18,7 +18,7 @@ from .test_sft_train import make_cfg
 def test_shipped_models_record_their_settings():
     assert model_eval_settings("builtin:tvr-va-sft")["options"] == {"width": 280, "height": 168, "memory": "va"}
     assert model_eval_settings("builtin:tvr-ao-sft")["options"]["memory"] == "ao"
-    assert model_eval_settings("builtin:virl-sft") == {"task": "virl", "options": {"grid_size": 224},
+    assert model_eval_settings("builtin:virl-sft") == {"task": "virl", "options": {"grid_size": 224, "mode": "vl"},
                                                        "max_new_tokens": 96}
     assert model_eval_settings("builtin:small-random") is None and model_eval_settings("expert") is None
 
