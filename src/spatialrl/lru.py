@@ -75,6 +75,11 @@ class LRU:
                 if self._on_evict is not None:
                     self._on_evict(value)
 
+    def items(self) -> list[tuple[Hashable, Any]]:
+        """A snapshot of ``(key, value)`` pairs, least recently used first (no use is recorded)."""
+        with self._lock:
+            return [(key, item[0]) for key, item in self._items.items()]
+
     def pop(self, key: Hashable, default: Any = None) -> Any:
         """Remove ``key`` (no ``on_evict``) and return its value, or ``default``."""
         with self._lock:

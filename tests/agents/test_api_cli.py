@@ -1,5 +1,6 @@
 """``spatialrl eval``'s --api-timeout / --api-retries / --api-max-wait reach the OpenAI client (issue 23,
-fault 2), and bad values or flags for a non-API agent are one ``error:`` line before anything is written."""
+fault 2), and bad values or flags for the wrong kind of agent (those and --prefix-cache-mb, a local model's)
+are one ``error:`` line before anything is written."""
 
 from __future__ import annotations
 
@@ -58,4 +59,15 @@ def test_api_flags_for_a_local_agent_are_an_error(tmp_path, count_suite):
     res = CliRunner().invoke(app, ["eval", "--task", "count", "--agent", "expert", "--set", "n=2",
                                    "--out", str(tmp_path / "e"), "--api-timeout", "5"])
     assert res.exit_code == 2 and "--api-timeout only apply to openai:MODEL@URL agents" in res.output
+    assert not (tmp_path / "e").exists()
+
+
+@pytest.mark.parametrize("agent, value, message", [
+    ("expert", "64", "--prefix-cache-mb only applies to hf:PATH and builtin:NAME agents"),
+    ("builtin:small-random", "-1", "--prefix-cache-mb must be >= 0"),
+])
+def test_prefix_cache_flag_is_checked_before_anything_runs(tmp_path, count_suite, agent, value, message):
+    res = CliRunner().invoke(app, ["eval", "--task", "count", "--agent", agent, "--set", "n=2",
+                                   "--out", str(tmp_path / "e"), "--prefix-cache-mb", value])
+    assert res.exit_code == 2 and message in res.output, res.output
     assert not (tmp_path / "e").exists()

@@ -54,8 +54,9 @@ def test_policy_answers_equal_uncached(family):
     """Two rounds of the same batch: the second is served from the cache; tokens and log-probs are those
     of the policy without a cache, to the bit."""
     model, proc = build_tiny(family)
-    plain = HFPolicy(model, proc, device="cpu", vision_cache_mb=0)
-    cached = HFPolicy(model, proc, device="cpu")
+    # prefix cache off: with it the second round would be served from the KV store, past the vision cache
+    plain = HFPolicy(model, proc, device="cpu", vision_cache_mb=0, prefix_cache_mb=0)
+    cached = HFPolicy(model, proc, device="cpu", prefix_cache_mb=0)
     assert plain.vision_cache is None and cached.vision_cache is not None
     sampling = SamplingParams(temperature=1.0, max_new_tokens=10, seed=3)
     for _ in range(2):

@@ -38,6 +38,18 @@ def api_options(agent: str, timeout: float | None, retries: int | None, max_wait
     return out
 
 
+def local_options(agent: str, prefix_cache_mb: float | None) -> dict[str, Any]:
+    """``load_policy`` options of a local model (``hf:`` / ``builtin:``) from their flags; an error when they
+    are given for another agent (they would do nothing)."""
+    if prefix_cache_mb is None:
+        return {}
+    if agent.partition(":")[0] not in ("hf", "builtin"):
+        raise SpatialRLError(f"--prefix-cache-mb only applies to hf:PATH and builtin:NAME agents, not --agent {agent}")
+    if prefix_cache_mb < 0:
+        raise SpatialRLError(f"--prefix-cache-mb must be >= 0 (0 turns it off), got {prefix_cache_mb}")
+    return {"prefix_cache_mb": prefix_cache_mb}
+
+
 def apply_model_settings(console: Any, agent: str, task: str, options: dict[str, Any], user_sets: dict[str, Any],
                          max_new_tokens: int | None) -> int:
     """Put a trained model's recorded evaluation settings (image size, memory mode, grid size, answer
@@ -88,6 +100,9 @@ def eval_command(
     api_max_wait: Annotated[float | None, typer.Option(
         help="openai: agents: longest Retry-After honoured, in seconds; a server asking for more fails "
              "that request at once [default: 60].")] = None,
+    prefix_cache_mb: Annotated[float | None, typer.Option(
+        help="hf:/builtin: agents: MB of KV cache kept between an episode's turns, so a turn prefills only "
+             "what was added since (0 = off) [default: 1024 on CPU, off on GPU].")] = None,
 ) -> None:
     """Evaluate an agent on a task; resumable (re-running the same command skips finished episodes)."""
     from rich.console import Console
@@ -108,7 +123,7 @@ def eval_command(
         user_sets = parse_sets(set_)
         max_new_tokens = apply_model_settings(console, agent, task, options, user_sets, max_new_tokens)
         options.update(user_sets)
-        policy_options = api_options(agent, api_timeout, api_retries, api_max_wait)
+        policy_options = api_options(agent, api_timeout, api_retries, api_max_wait) | local_options(agent, prefix_cache_mb)
         if out is None:
             out = default_run_dir(task, agent, options)
         sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)

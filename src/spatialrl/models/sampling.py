@@ -187,6 +187,12 @@ def _cross_layers(model: Any) -> set[int]:
     return set(getattr(text, "cross_attention_layers", None) or [])
 
 
+def weights_signature(model: Any) -> tuple:
+    """The model and each parameter's storage and in-place version (bumped by optimizer steps): a KV cache
+    made under another signature is stale."""
+    return (id(model), tuple((p.data_ptr(), p._version) for p in model.parameters()))
+
+
 class PrefixKV:
     """The KV cache of each live segment's tokens so far, kept between the turns of a rollout.
 
@@ -212,7 +218,7 @@ class PrefixKV:
         self._rows.clear()
 
     def check_weights(self, model: Any) -> None:
-        signature = (id(model), tuple((p.data_ptr(), p._version) for p in model.parameters()))
+        signature = weights_signature(model)
         if signature != self._signature:
             self.clear()
             self._signature = signature
