@@ -29,7 +29,11 @@
 # (the GPU machine needs .whl and .gl carried: bash scripts/gpu/bundle.sh once, here)
 #
 # STAGE=train: data at scale, built in parallel processes (16 cores):
-#   V-IRL  NCITY metro cities (seeds 101..), VIRL_EPISODES expert episodes each  → merged dataset
+#   V-IRL  NCITY metro cities (seeds 101..), VIRL_EPISODES expert episodes each, a noisy expert on a
+#          share VIRL_NOISE of turns (0.2; 0 = the plain expert): its wrong answer is followed by the
+#          retry turn the verifier asks for, labelled with the right answer, the earlier answer context
+#          only — the shipped model answered 0 of 36 held-out retries (32 malformed), 2026-12-05
+#          → merged dataset
 #   TVR    NBENCH benches (seeds 101..; sft split only; TVR_SCENES houses each: 100 since the second
 #          2026-12-05 session, 40 before — unseen houses are what a frame-reading policy lacked, issue 19)
 #          → action-only data from a noisy expert
@@ -82,6 +86,7 @@ else
   VECTOR_BENCH_ARGS=${VECTOR_BENCH_ARGS:---sizes 640x360 280x168 --num-envs 256 1024 --steps 4096 --repeats 1}
 fi
 EXPERT_NOISE=${EXPERT_NOISE:-0.3}
+VIRL_NOISE=${VIRL_NOISE:-0.2}
 # DATA_ROUND r: the training cities and benches get seeds 100r+101.. (r=0: 101..108), so a session that
 # continues training (INIT=<folder>) sees houses and routes no earlier round saw; never the held-out
 # seeds 0 (eval bench), 1 (validation bench), 7 and 8 (eval cities).
@@ -133,7 +138,8 @@ virl_shard() {  # k: a metro city of seed 100+k and its expert episodes
   [ -f "$city/route_infos.json" ] || make_city metro "$CITY_ROUTES" $((SEED0 + k)) "$city" > "$LOGS/city-$k.log" 2>&1 \
     || { stamp "FAILED: city $k"; return; }
   spatialrl data sft --task virl --data "$city" --split in-dist --set episodes="$VIRL_EPISODES" --set seed=$((10 * SEED0 + k)) \
-    --set grid_size=$GRID --out "$WORK/data/virl-$k" --overwrite --batch-size 32 > "$LOGS/data-virl-$k.log" 2>&1 \
+    --set grid_size=$GRID --expert-noise "$VIRL_NOISE" --seed $((10 * SEED0 + k)) \
+    --out "$WORK/data/virl-$k" --overwrite --batch-size 32 > "$LOGS/data-virl-$k.log" 2>&1 \
     || stamp "FAILED: virl data $k"
 }
 tvr_shard() {  # k: a bench of seed 100+k (sft split only), its AO (noisy expert) and VA data

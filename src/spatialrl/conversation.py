@@ -10,6 +10,9 @@ Conversations use the Hugging Face / OpenAI chat format with image parts::
      {"role": "user", "content": [{"type": "image", "image": <uint8 HxWx3 ndarray>},
                                   {"type": "text", "text": "..."}]},
      {"role": "assistant", "content": [{"type": "text", "text": "Action: MoveAhead"}]}]
+
+An assistant message may carry ``"train": false`` (SFT data: context the loss skips, e.g. an earlier
+wrong answer a retry prompt repeats; ``models/encode.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,12 @@ from typing import Any
 
 Message = dict[str, Any]
 Conversation = list[Message]
+
+
+def message_header(message: Message) -> Message:
+    """A message's fields besides its content (``role``, and ``train`` when given): what every copy of a
+    conversation (stored datasets, loaders) keeps."""
+    return {"role": message["role"], **({"train": message["train"]} if "train" in message else {})}
 
 
 @dataclass(frozen=True)

@@ -195,6 +195,7 @@ class ImageStore:
 
 def stored_conversation(conversation: list[dict[str, Any]], store: ImageStore) -> list[dict[str, Any]]:
     """A conversation with images replaced by their stored paths (JSON-able, cheap to compare)."""
+    from spatialrl.conversation import message_header
     from spatialrl.errors import DataError
 
     out = []
@@ -209,7 +210,7 @@ def stored_conversation(conversation: list[dict[str, Any]], store: ImageStore) -
                 stored.append({"type": "text", "text": part["text"]})
             else:
                 raise DataError(f"conversation part of unknown type {part.get('type')!r}")
-        out.append({"role": message["role"], "content": stored})
+        out.append({**message_header(message), "content": stored})
     return out
 
 

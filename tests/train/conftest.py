@@ -80,6 +80,14 @@ def virl_data(tmp_path_factory, virl_city) -> Path:
 
 
 @pytest.fixture(scope="session")
+def virl_retry_data(tmp_path_factory, virl_city) -> Path:
+    """V-IRL from a noisy expert: retry samples whose earlier (wrong) answer is context only."""
+    out = tmp_path_factory.mktemp("sft") / "virl_retry"
+    build_sft_dataset(get_suite("virl"), virl_options(virl_city, episodes=4), out, expert_noise=0.4, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
 def gp_data(tmp_path_factory) -> Path:
     return _build(tmp_path_factory, "gp", "gp", gp_options(mode="l"))
 

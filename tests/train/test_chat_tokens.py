@@ -140,3 +140,30 @@ def test_bad_conversations_fail_with_clear_errors(processor):
                     {"role": "assistant", "content": [{"type": "image", "image": image}]}]
     with pytest.raises(DataError, match="assistant turns cannot hold images"):
         encode_conversations(processor, [image_answer])
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "mllama"])
+def test_context_answers_are_not_targets(family, tvr_va_data):
+    """An assistant message marked ``"train": false`` (an earlier answer a retry prompt repeats) is prompt:
+    off the mask, its text still in the input; the other answers stay targets. Mllama folds the system
+    message away, which must not shift the flags."""
+    from spatialrl.models.tiny import build_tiny
+
+    _, proc = build_tiny(family)
+    short = SFTDataset(tvr_va_data)[0]["messages"][:5]  # system, user, assistant, user, assistant
+    marked = [*short[:2], {**short[2], "train": False}, *short[3:]]
+    batch = encode_conversations(proc, [marked, short], model_type=family)
+    texts = assistant_texts(proc, batch)
+    assert texts[0] == expected_answers({"messages": short[3:]}, END_OF_TURN[family])
+    assert texts[1] == expected_answers({"messages": short}, END_OF_TURN[family])
+    assert torch.equal(batch["input_ids"][0], batch["input_ids"][1])  # the same tokens, a smaller mask
+    assert int((batch["labels"][0] != IGNORE_INDEX).sum()) < int((batch["labels"][1] != IGNORE_INDEX).sum())
+
+
+def test_a_bad_train_flag_is_a_clear_error(processor):
+    user = {"role": "user", "content": [{"type": "text", "text": "x"}]}
+    answer = {"role": "assistant", "content": [{"type": "text", "text": "Action: Stop"}]}
+    with pytest.raises(DataError, match="field 'train' must be true or false"):
+        encode_conversations(processor, [[user, {**answer, "train": "no"}]])
+    with pytest.raises(DataError, match="only applies to assistant messages"):
+        encode_conversations(processor, [[{**user, "train": False}, answer]])

@@ -169,17 +169,37 @@ def test_roll_in_with_the_builtin_model_and_unparsable_answers(tmp_path, tvr_ben
     assert meta["roll_in_turns"]["agent"] > 0 and "No action could be read" in history  # the env spent those turns
 
 
-def test_roll_in_refuses_multi_turn_prompts_and_virl(tmp_path, tvr_bench, virl_city):
-    with pytest.raises(DataError, match="single-turn"):
-        build_sft_dataset(get_suite("tvr"), tvr_options(tvr_bench, memory="va"), tmp_path / "va",
-                          roll_in=RandomPolicy(), progress=False)
-    with pytest.raises(DataError, match="V-IRL never leaves the expert's route"):
-        build_sft_dataset(get_suite("virl"), virl_options(virl_city, episodes=1), tmp_path / "v",
-                          roll_in=RandomPolicy(), progress=False)
+def _context_and_target(row):
+    """A sample's assistant messages: all but the last are context (``train: false``), the last the target."""
+    answers = [m for m in row["messages"] if m["role"] == "assistant"]
+    return answers[:-1], answers[-1]
+
+
+def test_roll_in_on_multi_turn_prompts_trains_only_the_label(tmp_path, tvr_bench, virl_city):
+    """TVR visual-action memory and V-IRL's retry turns repeat the agent's earlier answers: they stay in the
+    sample as context marked ``train: false``; each sample's last answer is the expert's label."""
+    meta = build_sft_dataset(get_suite("tvr"), tvr_options(tvr_bench, memory="va"), tmp_path / "va",
+                             roll_in=RandomPolicy(seed=3), progress=False)
+    rows = _rows(tmp_path / "va")
+    assert meta["samples"] == len(rows) and all(len(r["turns"]) == 1 for r in rows)  # one sample per state
+    later = [r for r in rows if r["turns"][0] > 0]
+    assert later
+    for row in later:
+        context, target = _context_and_target(row)
+        assert len(context) == row["turns"][0] and all(m["train"] is False for m in context)
+        assert "train" not in target and text_of(target).startswith("Action: ")
+    virl = build_sft_dataset(get_suite("virl"), virl_options(virl_city, episodes=4), tmp_path / "v",
+                             roll_in=RandomPolicy(seed=1), progress=False)
+    retries = [r for r in _rows(tmp_path / "v") if _context_and_target(r)[0]]
+    assert virl["samples"] > 0 and retries  # the random agent fails and is asked again at the same point
+    for row in retries:
+        context, target = _context_and_target(row)
+        assert all(m["train"] is False for m in context) and "You failed this trial" in text_of(row["messages"][-2])
+        assert '"action": ' in text_of(target)
     with pytest.raises(DataError, match="use one of them"):
         build_sft_dataset(get_suite("tvr"), tvr_options(tvr_bench, memory="ao"), tmp_path / "n",
                           roll_in=RandomPolicy(), expert_noise=0.2, progress=False)
-    assert not (tmp_path / "va").exists() and not (tmp_path / "v").exists()
+    assert not (tmp_path / "n").exists()
 
 
 def test_all_optimal_labels_are_the_oracles_optimal_set(tmp_path, tvr_bench):
@@ -220,10 +240,14 @@ def test_all_optimal_on_the_expert_path_and_the_default_unchanged(tmp_path, tvr_
     assert len(SFTDataset(tmp_path / "all")) == meta["samples"]
 
 
-def test_all_optimal_needs_the_optimal_set_and_single_turns(tmp_path, tvr_bench):
+def test_all_optimal_needs_the_optimal_set(tmp_path, tvr_bench):
     with pytest.raises(DataError, match="expert_responses"):
         build_sft_dataset(get_suite("gp"), gp_options(mode="l", episodes=1), tmp_path / "g",
                           labels="all_optimal", progress=False)
-    with pytest.raises(DataError, match="single-turn"):
-        build_sft_dataset(get_suite("tvr"), tvr_options(tvr_bench, memory="va"), tmp_path / "va",
-                          labels="all_optimal", progress=False)
+    assert not (tmp_path / "g").exists()
+    # multi-turn: a state's label samples share the history, whose answers are context only
+    build_sft_dataset(get_suite("tvr"), tvr_options(tvr_bench, memory="va"), tmp_path / "va",
+                      labels="all_optimal", progress=False)
+    for row in _rows(tmp_path / "va"):
+        context, _ = _context_and_target(row)
+        assert all(m["train"] is False for m in context)

@@ -203,7 +203,6 @@ def test_noisy_expert_leaves_the_path_but_keeps_the_experts_labels(tmp_path, tvr
     import json
 
     from spatialrl.envs.registry import get_suite
-    from spatialrl.errors import DataError
     from spatialrl.train.data import build_sft_dataset
 
     from .conftest import tvr_options
@@ -219,6 +218,34 @@ def test_noisy_expert_leaves_the_path_but_keeps_the_experts_labels(tmp_path, tvr
     # the history shows what was stepped; where it differs from the label stored one turn earlier, noise acted
     histories = [r["messages"][1]["content"][-1]["text"] for r in rows]
     assert any("Step" in h for h in histories)
-    with pytest.raises(DataError, match="single-turn"):
-        build_sft_dataset(suite, tvr_options(tvr_bench, memory="va"), tmp_path / "va", progress=False,
-                          expert_noise=0.4)
+    # multi-turn (visual-action memory): per-step samples, the stepped (noisy) answers context only
+    va = build_sft_dataset(suite, tvr_options(tvr_bench, memory="va"), tmp_path / "va", progress=False,
+                           expert_noise=0.4)
+    rows = [json.loads(line) for line in (tmp_path / "va" / "samples.jsonl").read_text().splitlines()]
+    assert va["samples"] == len(rows) and all(len(r["turns"]) == 1 for r in rows)
+    for row in rows:
+        answers = [m for m in row["messages"] if m["role"] == "assistant"]
+        assert all(m["train"] is False for m in answers[:-1]) and "train" not in answers[-1]
+
+
+def test_noisy_expert_on_virl_gives_retry_samples(tmp_path, virl_city):
+    """V-IRL never leaves the expert's route: a noisy answer keeps the agent at its point and the retry turn
+    repeats it. The noise is drawn per turn (the runner's stream ids: V-IRL's info names no step), so some
+    episodes still succeed and some turns are retries; a retry's earlier answer is context only."""
+    from spatialrl.agents.base import SamplingParams
+    from spatialrl.agents.expert import ExpertPolicy
+
+    meta = build_sft_dataset(get_suite("virl"), virl_options(virl_city, episodes=6), tmp_path / "v",
+                             expert_noise=0.3, progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "v" / "samples.jsonl").read_text().splitlines()]
+    retries = [r for r in rows if sum(m["role"] == "assistant" for m in r["messages"]) > 1]
+    assert meta["samples"] == len(rows) and 0 < len(retries) < len(rows)
+    for row in retries:
+        assert row["messages"][-3]["train"] is False and "train" not in row["messages"][-1]
+        assert "You failed this trial" in row["messages"][-2]["content"][0]["text"]
+    # without task_id/step in the info or stream ids, the noise would be one draw for every turn: refused
+    info = {"expert_response": "forward()", "candidate_responses": ["forward()", "stop()", "turn_direction(east)"]}
+    with pytest.raises(ValueError, match="stream ids"):
+        ExpertPolicy(0.5).generate([[]], SamplingParams(seed=0), [info])
+    draws = {ExpertPolicy(0.5).generate([[]], SamplingParams(seed=0, streams=(s,)), [info])[0].text for s in range(40)}
+    assert draws == {"forward()", "turn_direction(east)"}  # per stream; never the stop

@@ -19,7 +19,9 @@ class ExpertPolicy:
     coverage): on that share of turns it answers a random other candidate (``info["candidate_responses"]``,
     never a stop — that would end the episode at once), so the episode wanders off the optimal path,
     while ``Generation.extra["label"]`` keeps the true expert answer for the dataset to supervise. The
-    draws come from ``random.Random(f"{sampling.seed}:{episode}:{step}")``: the same for any batch size."""
+    draws come from ``random.Random(f"{sampling.seed}:{episode}:{step}")`` where the env info names the
+    episode (``task_id``) and step (TVR), else from the runner's per-(episode, turn) stream id (V-IRL's
+    info has neither): the same for any batch size."""
 
     name = "expert"
     noise = 0.0  # the plain expert (also for subclasses that do not call __init__)
@@ -38,19 +40,27 @@ class ExpertPolicy:
         if infos is None or len(infos) != len(conversations):
             raise ValueError("the expert policy needs the env info of every conversation (infos=...)")
         out = []
-        for info in infos:
+        for i, info in enumerate(infos):
             if "expert_response" not in info:
                 raise KeyError("env info has no 'expert_response'; this env does not support the expert agent")
-            out.append(self._answer(info, sampling))
+            out.append(self._answer(info, sampling, i))
         return out
 
-    def _answer(self, info: dict[str, Any], sampling: SamplingParams) -> Generation:
+    def _answer(self, info: dict[str, Any], sampling: SamplingParams, i: int = 0) -> Generation:
         label = info["expert_response"]
         if self.noise <= 0.0:
             return Generation(text=label)
         import random
 
-        rng = random.Random(f"{sampling.seed}:{info.get('task_id', info.get('episode_id'))}:{info.get('step')}")
+        episode, step = info.get("task_id", info.get("episode_id")), info.get("step")
+        if episode is not None and step is not None:
+            key = f"{episode}:{step}"
+        elif sampling.streams is not None:
+            key = f"stream:{sampling.streams[i]}"
+        else:  # one fixed draw for every turn would make the noise all or nothing
+            raise ValueError("expert noise needs the env info's task_id and step or the runner's stream ids "
+                             "(SamplingParams.streams) to draw each turn's noise")
+        rng = random.Random(f"{sampling.seed}:{key}")
         if rng.random() >= self.noise:
             return Generation(text=label, extra={"label": label})
         others = [c for c in info.get("candidate_responses") or () if c != label and "stop" not in c.lower()]

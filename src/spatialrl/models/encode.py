@@ -25,6 +25,9 @@ template, so it works for any family without special-casing:
    whitespace after the end-of-turn marker excluded — the content plus the end-of-turn token, which
    the model must learn to emit to stop. A template that re-renders earlier turns differently when
    later ones exist (e.g. stripping old reasoning) breaks this prefix property and is reported.
+   An assistant message with ``"train": false`` (axolotl's per-message field) is context, not a target:
+   it gets no span — e.g. the wrong answer a V-IRL retry prompt repeats, which the data builder's
+   off-path samples keep in the conversation but must not teach (``train/data.py``).
 2. **Tokenise** the text with the tokenizer alone (offsets give each token's characters): a token is
    an assistant token iff its characters lie inside an assistant span; a token straddling a span
    border is an error (the training tokens would differ from what generation produces).
@@ -88,6 +91,7 @@ def prepare_messages(
         role = message.get("role")
         if role not in ROLES:
             raise DataError(f"message {index}: unknown role {role!r} (expected system, user or assistant)")
+        trained(message, index)  # a malformed "train" field is an error here, not silently trained on
         content = message["content"]
         parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
         out: list[dict[str, Any]] = []
@@ -110,6 +114,17 @@ def prepare_messages(
             system_text = ""
         messages.append({"role": role, "content": out})
     return messages, images
+
+
+def trained(message: dict[str, Any], index: int = 0) -> bool:
+    """Whether a message's tokens are SFT targets: assistant messages unless ``"train": false``."""
+    flag = message.get("train", True)
+    if not isinstance(flag, bool):
+        raise DataError(f"message {index}: field 'train' must be true or false, got {flag!r}")
+    if not flag and message.get("role") != "assistant":
+        raise DataError(f"message {index}: 'train': false only applies to assistant messages "
+                        f"(got role {message.get('role')!r}); other roles are never trained on")
+    return message.get("role") == "assistant" and flag
 
 
 def render_messages(processor: Any, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
@@ -182,14 +197,16 @@ def render_conversation(
 ) -> RenderedConversation:
     """Chat-template text of ``conversation`` and the character spans of its assistant turns."""
     messages, images = prepare_messages(conversation, fold_system)
+    # prepare_messages drops only folded system messages, so the rest align with ``messages``
+    targets = [trained(m) for m in conversation if not (fold_system and m.get("role") == "system")]
 
     def render(msgs: list[dict[str, Any]], add_generation_prompt: bool) -> str:
         return render_messages(processor, msgs, add_generation_prompt)
 
     text = render(messages, False)
     spans: list[tuple[int, int]] = []
-    for i, message in enumerate(messages):
-        if message["role"] != "assistant":
+    for i, target in enumerate(targets):
+        if not target:
             continue
         before = render(messages[:i], True)
         through = render(messages[: i + 1], False)

@@ -111,10 +111,11 @@ def data_sft_command(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing dataset folder.")] = False,
     expert_noise: Annotated[float, typer.Option(
         help="Share of turns where the expert steps a random other action (labels stay the expert's): "
-             "off-path states for single-turn prompts.")] = 0.0,
+             "off-path states (multi-turn prompts: earlier answers are context, not targets).")] = 0.0,
     roll_in: Annotated[str | None, typer.Option(
         help="DAgger roll-in: this agent (hf:PATH | builtin:NAME | random | openai:MODEL@URL) drives the episodes, "
-             "every sample is the expert's label at the state it reached; single-turn prompts only.")] = None,
+             "every sample is the expert's label at the state it reached (earlier answers in a multi-turn "
+             "prompt are context, not targets).")] = None,
     roll_in_beta: Annotated[float, typer.Option(
         help="With --roll-in: share of turns stepped by the expert instead (seeded per episode and turn).")] = 0.0,
     roll_in_temperature: Annotated[float, typer.Option(

@@ -51,6 +51,7 @@ from typing import Any, Literal
 import numpy as np
 
 from spatialrl.agents.base import Conversation, Generation, SamplingParams
+from spatialrl.conversation import message_header
 from spatialrl.errors import DataError
 from spatialrl.io import SFT_FORMAT, atomic_folder, atomic_write_json, read_json, read_jsonl, write_jsonl
 from spatialrl.io import ImageStore as _ImageStore
@@ -171,40 +172,27 @@ def select_episodes(all_episodes: list[Any], n: int | None, seed: int) -> list[A
 
 
 LabelMode = Literal["expert", "all_optimal"]
-_PROBE_ANSWER = ""  # an answer no env accepts: what its prompter does after a wrong or unparsable answer
 
 
-def check_single_turn(suite: Any, options: dict[str, Any], spec: Any, what: str, label_set: bool = False) -> None:
-    """Refuse ``what`` (expert noise, roll-in, all-optimal labels) for a task whose prompter carries an
-    answer into the next conversation as an assistant turn: SFT supervises every assistant turn, so the
-    noisy or agent answers of earlier turns (or a sibling label) would be trained on.
-
-    Checked before any episode runs, from the task itself: one env is reset on ``spec``, stepped on an
-    empty answer and the prompter's next conversation is inspected (TVR ``memory=va`` keeps every
-    answer; V-IRL appends a wrong answer and a retry message; TVR ``memory=ao`` starts a fresh turn).
-    ``label_set``: also require the env's set of optimal answers (``info["expert_responses"]``).
-    """
+def check_label_set(suite: Any, options: dict[str, Any], spec: Any) -> None:
+    """Refuse all-optimal labels for a task whose env info has no set of optimal answers
+    (``info["expert_responses"]``), checked on one reset before any episode runs."""
     env = suite.make_env(options)
     try:
-        obs, info = env.reset(seed=spec.seed, options=dict(spec.reset_options))
-        if label_set and not info.get("expert_responses"):
+        _, info = env.reset(seed=spec.seed, options=dict(spec.reset_options))
+        if not info.get("expert_responses"):
             raise DataError(f"--labels all_optimal: the {suite.name} env info has no 'expert_responses' (the set "
                             "of optimal answers at a state); only TVR provides it")
-        prompter = suite.make_prompter(options)
-        prompter.reset(obs, info)
-        obs, _, terminated, truncated, info = env.step(_PROBE_ANSWER)
-        if terminated or truncated:
-            return  # one answer per episode: nothing to carry over
-        prompter.update(_PROBE_ANSWER, obs, info)
-        if any(m["role"] == "assistant" for m in prompter.messages()):
-            raise DataError(
-                f"{what}: needs single-turn prompts, but the {suite.name} prompter with these options carries an "
-                "answer into the next conversation as an assistant turn, which SFT would supervise too (TVR: use "
-                "--set memory=ao; V-IRL never leaves the expert's route: a wrong answer keeps the agent at the same "
-                "point and adds a retry turn holding that answer, so its only off-path states are such multi-turn "
-                "retries)")
     finally:
         env.close()
+
+
+def context_only(conversation: Conversation) -> Conversation:
+    """``conversation`` with its assistant turns marked ``"train": false``: the acting policy's earlier
+    answers (noise, roll-in agent), which a multi-turn prompt repeats — TVR ``memory=va`` keeps every
+    answer, V-IRL's retry turn holds the wrong one — stay in the sample as context but are not targets
+    (``models/encode.py``); only the sample's last answer, the expert's label, is trained on."""
+    return [{**m, "train": False} if m["role"] == "assistant" else m for m in conversation]
 
 
 class _AllOptimalLabels:
@@ -266,8 +254,9 @@ def build_sft_dataset(
     expert's single tie-broken one (``n_labels`` on each row = the size k of that state's set, ``weight`` =
     1/k so the trainer counts the state once).
 
-    Noise, roll-in and all-optimal labels need single-turn prompts (:func:`check_single_turn`) and the
-    plain expert's answers (no CoT, no ``samples="episode"``).
+    Noise, roll-in and all-optimal labels give per-step samples of the plain expert's answers (no CoT, no
+    ``samples="episode"``); in a multi-turn prompt the earlier answers are the acting policy's and are
+    marked ``"train": false`` (:func:`context_only`), so only each sample's last answer is a target.
 
     ``thought_fn`` switches on CoT answers (``<think>…</think>`` + answer). ``only_success`` drops
     episodes the expert did not finish successfully (there should be none; they are counted).
@@ -287,13 +276,14 @@ def build_sft_dataset(
     if special and (thought_fn is not None or samples == "episode"):
         raise DataError(f"{' and '.join(special)} work with per-step samples of the plain expert "
                         "(no --cot, samples step/auto)")
+    mode: SampleMode = "step" if special else samples  # off-path samples: one per state, history as context
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         if not overwrite:
             raise DataError(f"{out}: folder exists and is not empty (pass --overwrite to replace it)")
     chosen = select_episodes(suite.episodes(options), episodes, seed)
-    if special and chosen:
-        check_single_turn(suite, options, chosen[0], " and ".join(special), label_set=labels == "all_optimal")
+    if labels == "all_optimal" and chosen:
+        check_label_set(suite, options, chosen[0])
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_folder(out) as tmp:
         store = _ImageStore(tmp)
@@ -304,9 +294,8 @@ def build_sft_dataset(
 
         def on_turn(spec: Any, conversation: Conversation, generation: Generation, step: tuple) -> None:
             episode = live[spec.episode_id]
-            if special and any(m["role"] == "assistant" for m in conversation):
-                raise DataError(f"{' and '.join(special)} need single-turn prompts (e.g. TVR --set memory=ao): in a "
-                                "multi-turn chat the answers of earlier turns would be supervised too")
+            if special:
+                conversation = context_only(conversation)
             episode.turns.append((_stored(conversation, store), generation.extra.get("label", generation.text)))
             if episode.label_sets is not None:
                 episode.label_sets.append(generation.extra["labels"])
@@ -316,7 +305,7 @@ def build_sft_dataset(
                 if only_success and not success and not off_path:
                     dropped.append(spec.episode_id)
                 else:
-                    results[spec.episode_id] = episode_samples(episode, samples)
+                    results[spec.episode_id] = episode_samples(episode, mode)
                 del live[spec.episode_id]
 
         if roll_in is not None:
@@ -334,7 +323,7 @@ def build_sft_dataset(
             errors = {r["episode_id"]: r.get("error") for r in run.episodes}
             for episode_id, episode in list(live.items()):
                 agent_errors.append({"episode_id": episode_id, "error": errors.get(episode_id)})
-                results[episode_id] = episode_samples(episode, samples)
+                results[episode_id] = episode_samples(episode, mode)
                 del live[episode_id]
         if live:
             raise DataError(f"{len(live)} expert episodes did not finish (e.g. {next(iter(live))})")
@@ -516,7 +505,7 @@ class SFTDataset:
                         content.append({"type": "image", "image": np.asarray(im.convert("RGB"))})
                 else:
                     content.append(dict(part))
-            messages.append({"role": message["role"], "content": content})
+            messages.append({**message_header(message), "content": content})
         sample = {**{k: v for k, v in row.items() if k != "messages"}, "messages": messages}
         if self.weights is not None:
             sample["weight"] = self.weights[index]

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from spatialrl.conversation import message_header
 from spatialrl.errors import DataError
 from spatialrl.io import atomic_folder, atomic_write_json
 from spatialrl.models.encode import (
@@ -181,7 +182,7 @@ def _encode_rows(root: Path, processor: Any, model_type: str, indices: list[int]
                     parts.append({"type": "image", "image": images[path]})
                 else:
                     parts.append(dict(part))
-            conv.append({"role": message["role"], "content": parts})
+            conv.append({**message_header(message), "content": parts})
         row_ids, row_mask = encode_expanded(processor, conv, settings, str(row["id"]))
         ids.append(row_ids)
         labels.append(row_mask)
