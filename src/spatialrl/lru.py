@@ -5,7 +5,8 @@ Bounded by a total *size* — bytes where ``size`` measures a value, items where
 thread-safe (env threads share caches). A value larger than the whole bound is handed back but not
 kept. ``on_evict`` receives each evicted value (e.g. to release its GL buffers). ``put(...,
 trim=False)`` + :meth:`trim` (``keep=``) let a caller insert a batch and then evict without dropping
-what the batch itself still needs (the vision cache).
+what the batch itself still needs (the vision cache). :class:`MegabyteCache` is the base of the caches
+bounded in megabytes (vision features, prefix KV caches).
 """
 
 from __future__ import annotations
@@ -93,3 +94,26 @@ class LRU:
         with self._lock:
             self._items.clear()
             self._total = 0
+
+
+class MegabyteCache:
+    """Base of the caches bounded in megabytes over one :class:`LRU` (vision features, prefix KV caches):
+    the bound's check, the entry count, the bytes kept and ``clear``. ``what`` names the cache in errors."""
+
+    what = "cache"
+
+    def __init__(self, max_mb: float, size: Callable[[Any], int]):
+        if max_mb <= 0:
+            raise ValueError(f"{self.what} size must be > 0 MB (got {max_mb}); pass no cache to turn it off")
+        self.max_bytes = int(max_mb * 2**20)
+        self._entries = LRU(self.max_bytes, size=size)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        return self._entries.total
+
+    def clear(self) -> None:
+        self._entries.clear()

@@ -39,7 +39,7 @@ import torch
 
 # Which families the cache serves, and how, is the family adapter's ``vision_features``
 # (``models/family.py``); the names below stay importable from here (train/common.py, tests).
-from spatialrl.lru import LRU
+from spatialrl.lru import MegabyteCache
 from spatialrl.models.family import FAMILIES, QWEN_FAMILIES, VISION_MODULE_NAMES, model_family
 
 SUPPORTED_FAMILIES = tuple(name for name, f in FAMILIES.items() if f.vision_features)
@@ -84,28 +84,17 @@ def _moved(inputs: dict[str, Any], device: Any) -> dict[str, Any]:
     return {k: (v.to(device) if device is not None and isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
 
 
-class VisionCache:
+class VisionCache(MegabyteCache):
     """LRU cache of per-image vision features; :meth:`prepare` swaps the pixels for them."""
 
+    what = "vision cache"
+
     def __init__(self, max_mb: float = 1024):
-        if max_mb <= 0:
-            raise ValueError(f"vision cache size must be > 0 MB (got {max_mb}); pass no cache to turn it off")
-        self.max_bytes = int(max_mb * 2**20)
-        self._entries = LRU(self.max_bytes, size=lambda entry: entry["bytes"])
+        super().__init__(max_mb, size=lambda entry: entry["bytes"])
         self._signature: tuple | None = None
         self._output_cls: type | None = None
         self.hits = 0
         self.misses = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    @property
-    def nbytes(self) -> int:
-        return self._entries.total
-
-    def clear(self) -> None:
-        self._entries.clear()
 
     @staticmethod
     def supports(model: Any, generate: bool = False) -> bool:

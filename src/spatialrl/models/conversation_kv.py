@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from spatialrl.lru import LRU
+from spatialrl.lru import MegabyteCache
 from spatialrl.models.family import model_family
 from spatialrl.models.sampling import _cross_layers, _inner, weights_signature
 
@@ -104,31 +104,21 @@ def _cut(model: Any, cache: Any, length: int) -> Any:
     return out
 
 
-class ConversationKV:
+class ConversationKV(MegabyteCache):
     """Content-addressed KV caches of earlier prompts + answers (module docstring).
 
     ``max_mb`` bounds the kept K/V (least recently used evicted first); ``min_tokens`` is the shortest
     prefix worth a claim (below it the row prefills from scratch)."""
 
+    what = "prefix cache"
+
     def __init__(self, max_mb: float = 1024, min_tokens: int = 8):
-        if max_mb <= 0:
-            raise ValueError(f"prefix cache size must be > 0 MB (got {max_mb}); pass no cache to turn it off")
-        self._entries = LRU(int(max_mb * 2**20), size=lambda e: e.nbytes)
+        super().__init__(max_mb, size=lambda e: e.nbytes)
         self.min_tokens = min_tokens
         self._signature: tuple | None = None
         self._next_key = 0
         self.reused_tokens = 0  # prompt tokens served from an entry instead of prefilled again
         self.prefilled_tokens = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    @property
-    def nbytes(self) -> int:
-        return self._entries.total
-
-    def clear(self) -> None:
-        self._entries.clear()
 
     @staticmethod
     def supports(model: Any) -> bool:
