@@ -71,13 +71,18 @@ def test_answers_equal_without_the_cache(tiny, memory, temperature):
     assert store.reused_tokens > (store.prefilled_tokens if memory == "va" else 0)
 
 
-def test_a_changed_image_is_never_served(tiny):
-    """Same token ids, another picture in the first image's place: the prefix stops before that image."""
+def answered_once(tiny, seed: int) -> tuple[HFPolicy, np.random.Generator]:
+    """A policy with the cache on that has answered one (system, image + "Go") conversation."""
     model, proc = tiny
     policy = HFPolicy(model, proc, device="cpu")
-    rng = np.random.default_rng(0)
-    first = [SYSTEM, user(rng, "Go")]
-    policy.generate([first], SamplingParams(temperature=0.0, max_new_tokens=2))
+    rng = np.random.default_rng(seed)
+    policy.generate([[SYSTEM, user(rng, "Go")]], SamplingParams(temperature=0.0, max_new_tokens=2))
+    return policy, rng
+
+
+def test_a_changed_image_is_never_served(tiny):
+    """Same token ids, another picture in the first image's place: the prefix stops before that image."""
+    policy, rng = answered_once(tiny, 0)
     other = [SYSTEM, user(rng, "Go")]  # a fresh random image, the same text
     row = policy._encode_one(policy._prepare(other))
     cache, n, _ = policy.prefix_cache.claim(policy.model, row)
@@ -88,11 +93,7 @@ def test_a_changed_image_is_never_served(tiny):
 
 
 def test_weight_change_clears_the_store(tiny):
-    model, proc = tiny
-    policy = HFPolicy(model, proc, device="cpu")
-    rng = np.random.default_rng(1)
-    conv = [SYSTEM, user(rng, "Go")]
-    policy.generate([conv], SamplingParams(temperature=0.0, max_new_tokens=2))
+    policy, _ = answered_once(tiny, 1)
     assert len(policy.prefix_cache) == 1
     with torch.no_grad():
         next(policy.model.parameters()).add_(0.0)  # an in-place write bumps the version
