@@ -39,6 +39,8 @@ GLOSSARY: dict[str, str] = {
     "revisits": "moves per episode that land on a pose visited before (TVR)",
     "response_tokens_per_step": "generated tokens / steps",
     "per_step_accuracy": "steps whose action was correct (reward +1) / steps (V-IRL)",
+    "retries": "attempts after a wrong answer at the same point, the verifier's retry turn (V-IRL)",
+    "retry_accuracy": "retries answered right / retries (V-IRL)",
     "steps": "env steps in the row, all episodes together",
     "mean_return": "mean episode return (sum of rewards)",
     "mean_progress": "mean share of the route's rail completed; 1 for a success (V-IRL)",

@@ -178,6 +178,7 @@ class VirlEnv(gym.Env):
         self.observations: list[str] = [self.rail.points[0].oracle_observation]
         self.is_success = True
         self.n_steps = self.n_correct = 0
+        self.n_retries = self.n_retry_correct = 0  # attempts after a wrong one at the same point
         self.ret = 0.0
         self._done = False
         obs = self._observe()
@@ -194,11 +195,14 @@ class VirlEnv(gym.Env):
         self.n_steps += 1
         if self.remaining < 0:
             return self._forced_end(seen, position)
+        retry = self.remaining < self.verify_iter - 1  # an earlier attempt at this point was wrong
+        self.n_retries += retry
         says = point.at_intersection if self.fixes.intersection_reward else "intersection" in point.observation
         verdict = verify(text, point.gt_action, says)
         terminated = False
         if verdict.reward == REWARDS["CORRECT_ACTION"]:
             self.n_correct += 1
+            self.n_retry_correct += retry
             if point.gt_action == STOP:
                 terminated = True
             else:
@@ -316,6 +320,8 @@ class VirlEnv(gym.Env):
             "n_steps": self.n_steps,
             "n_correct": self.n_correct,
             "per_step_accuracy": self.n_correct / max(1, self.n_steps),
+            "n_retries": self.n_retries,
+            "n_retry_correct": self.n_retry_correct,
             "return": self.ret,
             "route_idx": self.rail.route_index,
             "split": self.split,

@@ -2,7 +2,10 @@
 
 Per-step accuracy = env steps with reward +1 / all env steps (retries and the forced step after the
 budget count). Success rate = episodes that end with a correct ``stop()`` / episodes. Both are computed
-per split (the episode category) and pooled in an ``overall`` row.
+per split (the episode category) and pooled in an ``overall`` row. Beside them (runs recorded since the
+env counts retries): ``retries`` (attempts after a wrong one at the same rail point, the verifier's
+"You failed this trial" turn) and ``retry_accuracy`` (the share of them answered right) — an agent that
+never recovers loses every episode at its first mistake, whatever its first-try accuracy.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
         n = len(rs)
         steps = sum(int(r.get("n_steps") or 0) for r in rs)
         correct = sum(int(r.get("n_correct") or 0) for r in rs)
-        return {
+        out = {
             "success_rate": sum(bool(r.get("success")) for r in rs) / max(1, n),
             "per_step_accuracy": correct / max(1, steps),
             "episodes": n,
@@ -41,6 +44,11 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             "mean_return": sum(float(r.get("return") or 0.0) for r in rs) / max(1, n),
             "mean_progress": sum(float(r.get("progress") or 0.0) for r in rs) / max(1, n),
         }
+        if any("n_retries" in r for r in rs):  # older runs did not count them
+            retries = sum(int(r.get("n_retries") or 0) for r in rs)
+            out["retries"] = retries
+            out["retry_accuracy"] = sum(int(r.get("n_retry_correct") or 0) for r in rs) / max(1, retries)
+        return out
 
     out = {name: row(rs) for name, rs in sorted(groups.items())}
     out["overall"] = row(list(records))
