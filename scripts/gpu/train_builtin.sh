@@ -29,11 +29,10 @@
 # (the GPU machine needs .whl and .gl carried: bash scripts/gpu/bundle.sh once, here)
 #
 # STAGE=train: data at scale, built in parallel processes (16 cores):
-#   V-IRL  NCITY metro cities (seeds 101..), VIRL_EPISODES expert episodes each, a noisy expert on a
-#          share VIRL_NOISE of turns (0.2; 0 = the plain expert): its wrong answer is followed by the
-#          retry turn the verifier asks for, labelled with the right answer, the earlier answer context
-#          only — the shipped model answered 0 of 36 held-out retries (32 malformed), 2026-12-05
-#          → merged dataset
+#   V-IRL  NCITY metro cities (seeds 101..), VIRL_EPISODES expert episodes each → merged dataset;
+#          VIRL_NOISE > 0 (default 0) adds retry turns: a noisy expert's wrong answer, the verifier's
+#          retry message, the right answer as label (the wrong one context only). Off by default: a CPU
+#          fine-tune on such data raised retry accuracy but lowered validation success (docs/training.md)
 #   TVR    NBENCH benches (seeds 101..; sft split only; TVR_SCENES houses each: 100 since the second
 #          2026-12-05 session, 40 before — unseen houses are what a frame-reading policy lacked, issue 19)
 #          → action-only data from a noisy expert
@@ -86,7 +85,7 @@ else
   VECTOR_BENCH_ARGS=${VECTOR_BENCH_ARGS:---sizes 640x360 280x168 --num-envs 256 1024 --steps 4096 --repeats 1}
 fi
 EXPERT_NOISE=${EXPERT_NOISE:-0.3}
-VIRL_NOISE=${VIRL_NOISE:-0.2}
+VIRL_NOISE=${VIRL_NOISE:-0}
 # DATA_ROUND r: the training cities and benches get seeds 100r+101.. (r=0: 101..108), so a session that
 # continues training (INIT=<folder>) sees houses and routes no earlier round saw; never the held-out
 # seeds 0 (eval bench), 1 (validation bench), 7 and 8 (eval cities).
