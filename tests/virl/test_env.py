@@ -76,11 +76,14 @@ def test_wrong_action_keeps_state_and_retry_can_still_succeed(golden_data):
     assert ep["success"] is True and ep["n_steps"] == 6 and ep["n_correct"] == 5  # 5-point rail + 1 retry
     assert ep["per_step_accuracy"] == pytest.approx(5 / 6)
     assert ep["n_retries"] == 1 and ep["n_retry_correct"] == 1  # the retry after the wrong answer, right
+    assert ep["n_destination"] == 1 and ep["n_destination_correct"] == 1  # stopped at the first attempt there
     from spatialrl.envs.virl.metrics import summarize
 
-    failed = {**ep, "category": "in-dist", "n_retries": 3, "n_retry_correct": 0, "success": False}
+    failed = {**ep, "category": "in-dist", "n_retries": 3, "n_retry_correct": 0, "success": False,
+              "n_destination_correct": 0}
     row = summarize([{**ep, "category": "in-dist"}, failed])["in-dist"]
     assert row["retries"] == 4 and row["retry_accuracy"] == pytest.approx(1 / 4)
+    assert row["reached_destination"] == 2 and row["destination_accuracy"] == pytest.approx(1 / 2)
     assert "retries" not in summarize([{k: v for k, v in ep.items() if "retr" not in k}])["overall"]  # older runs
 
 

@@ -41,6 +41,8 @@ GLOSSARY: dict[str, str] = {
     "per_step_accuracy": "steps whose action was correct (reward +1) / steps (V-IRL)",
     "retries": "attempts after a wrong answer at the same point, the verifier's retry turn (V-IRL)",
     "retry_accuracy": "retries answered right / retries (V-IRL)",
+    "reached_destination": "episodes that reached the route's last point (V-IRL)",
+    "destination_accuracy": "first answers there that were the stop() / episodes that reached it (V-IRL)",
     "steps": "env steps in the row, all episodes together",
     "mean_return": "mean episode return (sum of rewards)",
     "mean_progress": "mean share of the route's rail completed; 1 for a success (V-IRL)",

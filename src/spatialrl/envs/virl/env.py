@@ -179,6 +179,7 @@ class VirlEnv(gym.Env):
         self.is_success = True
         self.n_steps = self.n_correct = 0
         self.n_retries = self.n_retry_correct = 0  # attempts after a wrong one at the same point
+        self.n_destination = self.n_destination_correct = 0  # first attempts at the destination (stop)
         self.ret = 0.0
         self._done = False
         obs = self._observe()
@@ -197,12 +198,15 @@ class VirlEnv(gym.Env):
             return self._forced_end(seen, position)
         retry = self.remaining < self.verify_iter - 1  # an earlier attempt at this point was wrong
         self.n_retries += retry
+        at_destination = point.gt_action == STOP and not retry  # the first attempt at the route's end
+        self.n_destination += at_destination
         says = point.at_intersection if self.fixes.intersection_reward else "intersection" in point.observation
         verdict = verify(text, point.gt_action, says)
         terminated = False
         if verdict.reward == REWARDS["CORRECT_ACTION"]:
             self.n_correct += 1
             self.n_retry_correct += retry
+            self.n_destination_correct += at_destination
             if point.gt_action == STOP:
                 terminated = True
             else:
@@ -322,6 +326,8 @@ class VirlEnv(gym.Env):
             "per_step_accuracy": self.n_correct / max(1, self.n_steps),
             "n_retries": self.n_retries,
             "n_retry_correct": self.n_retry_correct,
+            "n_destination": self.n_destination,
+            "n_destination_correct": self.n_destination_correct,
             "return": self.ret,
             "route_idx": self.rail.route_index,
             "split": self.split,

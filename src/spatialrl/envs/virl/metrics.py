@@ -5,7 +5,10 @@ budget count). Success rate = episodes that end with a correct ``stop()`` / epis
 per split (the episode category) and pooled in an ``overall`` row. Beside them (runs recorded since the
 env counts retries): ``retries`` (attempts after a wrong one at the same rail point, the verifier's
 "You failed this trial" turn) and ``retry_accuracy`` (the share of them answered right) — an agent that
-never recovers loses every episode at its first mistake, whatever its first-try accuracy.
+never recovers loses every episode at its first mistake, whatever its first-try accuracy — and
+``reached_destination`` (episodes that got to the route's last point) with ``destination_accuracy``
+(the share of those whose first answer there was the ``stop()``: the one decision only the street view
+can make, since the text never says the destination is in sight).
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             retries = sum(int(r.get("n_retries") or 0) for r in rs)
             out["retries"] = retries
             out["retry_accuracy"] = sum(int(r.get("n_retry_correct") or 0) for r in rs) / max(1, retries)
+            reached = sum(int(r.get("n_destination") or 0) for r in rs)
+            out["reached_destination"] = reached
+            out["destination_accuracy"] = sum(int(r.get("n_destination_correct") or 0) for r in rs) / max(1, reached)
         return out
 
     out = {name: row(rs) for name, rs in sorted(groups.items())}
