@@ -85,7 +85,8 @@ def test_a_changed_image_is_never_served(tiny):
     policy, rng = answered_once(tiny, 0)
     other = [SYSTEM, user(rng, "Go")]  # a fresh random image, the same text
     row = policy._encode_one(policy._prepare(other))
-    cache, n, _ = policy.prefix_cache.claim(policy.model, row)
+    found = policy.prefix_cache.claim(policy.model, row)
+    cache, n = found.cache, found.length
     start = image_runs(policy.model, row)[0][0]
     assert n <= start
     if n:  # the system prompt alone can still be reused

@@ -156,11 +156,19 @@ class HFPolicy:
         """A collated CPU batch on the device; through the vision cache when there is one."""
         if self.vision_cache is None:
             return dict(BatchFeature(batch).to(self.device))
-        before = self.vision_cache.hits, self.vision_cache.misses
+        before = self._vision_counts()
         out = self.vision_cache.prepare(self.model, batch, self.device, generate=True)
-        self.usage["vision_cache_hits"] += self.vision_cache.hits - before[0]
-        self.usage["vision_cache_misses"] += self.vision_cache.misses - before[1]
+        self._count_vision(before)
         return out
+
+    def _vision_counts(self) -> tuple[int, int]:
+        return (self.vision_cache.hits, self.vision_cache.misses) if self.vision_cache is not None else (0, 0)
+
+    def _count_vision(self, before: tuple[int, int]) -> None:
+        """Add the vision cache's hits and misses since ``before`` to ``usage``."""
+        hits, misses = self._vision_counts()
+        self.usage["vision_cache_hits"] += hits - before[0]
+        self.usage["vision_cache_misses"] += misses - before[1]
 
     # ------------------------------------------------------------------ generation
     def generate(
@@ -235,7 +243,6 @@ class HFPolicy:
         self.usage["requests"] += len(results)
         return results
 
-
     def _generate_from_prefixes(self, parts: list[dict[str, torch.Tensor]], sampling: SamplingParams,
                                 generator: torch.Generator | None,
                                 row_seeds: list[list[int]] | None) -> list[tuple[list[int], list[float]]]:
@@ -244,18 +251,15 @@ class HFPolicy:
         assert store is not None
         store.check_weights(self.model)
         claims = [store.claim(self.model, p) for p in parts]
-        before = (store.reused_tokens, *((self.vision_cache.hits, self.vision_cache.misses)
-                                         if self.vision_cache is not None else (0, 0)))
+        before = self._vision_counts()
         answers, kept = generate_from_prefixes(
-            self.model, parts, collate(parts, self.pad_token_id), [(c, n) for c, n, _ in claims], sampling,
+            self.model, parts, collate(parts, self.pad_token_id), [(c.cache, c.length) for c in claims], sampling,
             generator, sorted(self.eos_token_ids), self.banned_token_ids, self.pad_token_id,
             vision_cache=self.vision_cache, row_seeds=row_seeds, min_new_tokens=self.min_new_tokens)
-        for part, (ids, _), (cache, n), (_, _, source) in zip(parts, answers, kept, claims, strict=True):
-            store.put(self.model, part, ids, cache, n, source)
-        self.usage["prefix_reused_tokens"] += sum(n for _, n, _ in claims)
-        if self.vision_cache is not None:
-            self.usage["vision_cache_hits"] += self.vision_cache.hits - before[1]
-            self.usage["vision_cache_misses"] += self.vision_cache.misses - before[2]
+        for part, (ids, _), (cache, n), claim in zip(parts, answers, kept, claims, strict=True):
+            store.put(part, ids, cache, n, claim)
+        self.usage["prefix_reused_tokens"] += sum(c.length for c in claims)
+        self._count_vision(before)
         return answers
 
 

@@ -37,6 +37,16 @@ ImageRun = tuple[int, int, tuple]
 
 
 @dataclass(eq=False)
+class Claim:
+    """What :meth:`ConversationKV.claim` found for one row; goes back to :meth:`ConversationKV.put`."""
+
+    cache: Any  # a view of the entry's cache cut to ``length`` tokens, or None (nothing reused)
+    length: int
+    source: Any  # the entry's key, or None
+    runs: list[ImageRun]  # the row's images, hashed once per call
+
+
+@dataclass(eq=False)
 class _Entry:
     ids: torch.Tensor  # (L,) the token ids whose K/V the cache holds
     images: list[ImageRun]  # the images among them
@@ -132,16 +142,16 @@ class ConversationKV(MegabyteCache):
             self.clear()
             self._signature = signature
 
-    def claim(self, model: Any, row: dict[str, torch.Tensor]) -> tuple[Any, int, Any]:
-        """``(cache, length, source)`` for one unpadded row: a view of the best entry cut to the prefix it
-        shares with the row (at most the row's length minus one: the last prompt token goes through
-        ``generate``), or ``(None, 0, None)``. ``source`` goes back to :meth:`put`."""
+    def claim(self, model: Any, row: dict[str, torch.Tensor]) -> Claim:
+        """The best entry for one unpadded row, as a view cut to the prefix it shares with the row (at most
+        the row's length minus one: the last prompt token goes through ``generate``); ``cache`` None when
+        no entry shares ``min_tokens``."""
         ids = row["input_ids"][0]
         limit = len(ids) - 1
         runs = image_runs(model, row)
         mllama = bool(_cross_layers(model))
         best, best_len = None, 0
-        for key, entry in list(self._entries.items()):
+        for key, entry in self._entries.items():
             n = min(_common_length(entry.ids, ids), limit)
             if n <= best_len:
                 continue
@@ -152,11 +162,11 @@ class ConversationKV(MegabyteCache):
                 best, best_len = key, n
         if best is None or best_len < self.min_tokens:
             self.prefilled_tokens += len(ids)
-            return None, 0, None
+            return Claim(None, 0, None, runs)
         entry = self._entries.get(best)  # now most recently used
         self.reused_tokens += best_len
         self.prefilled_tokens += len(ids) - best_len
-        return _cut(model, entry.cache, best_len), best_len, best
+        return Claim(_cut(model, entry.cache, best_len), best_len, best, runs)
 
     @staticmethod
     def _image_safe(n: int, runs: list[ImageRun], cached: list[ImageRun]) -> int:
@@ -170,15 +180,14 @@ class ConversationKV(MegabyteCache):
                 return start
         return n
 
-    def put(self, model: Any, row: dict[str, torch.Tensor], answer: list[int], cache: Any, length: int,
-            source: Any = None) -> None:
-        """Keep the cache of ``row``'s prompt + ``answer`` (its first ``length`` tokens); drop ``source``
-        (the entry the row was claimed from) when the new entry extends it."""
+    def put(self, row: dict[str, torch.Tensor], answer: list[int], cache: Any, length: int, claim: Claim) -> None:
+        """Keep the cache of ``row``'s prompt + ``answer`` (its first ``length`` tokens); drop the entry the
+        row was claimed from when the new entry extends it."""
         ids = torch.cat([row["input_ids"][0], torch.tensor(answer, dtype=row["input_ids"].dtype)])[:length]
-        runs = [r for r in image_runs(model, row) if r[0] + r[1] <= length]
-        if source is not None:
-            old = self._entries.get(source)
+        runs = [r for r in claim.runs if r[0] + r[1] <= length]
+        if claim.source is not None:
+            old = self._entries.get(claim.source)
             if old is not None and len(old.ids) <= length and _common_length(old.ids, ids) == len(old.ids):
-                self._entries.pop(source)
+                self._entries.pop(claim.source)
         self._next_key += 1
         self._entries.put(self._next_key, _Entry(ids.clone(), runs, cache, _cache_bytes(cache)))
