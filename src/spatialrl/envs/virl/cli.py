@@ -1,4 +1,5 @@
-"""`spatialrl virl ...`: check a dataset, look at a route's rail, write a toy dataset.
+"""`spatialrl virl ...`: check a dataset, look at a route's rail, write a toy dataset, make a city,
+write visual pretraining data.
 
 Light imports only at module level (no torch); each command imports what it needs.
 """
@@ -167,6 +168,50 @@ def make_toy_data(
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     typer.echo(f"wrote {path}")
+
+
+@app.command("pretrain-data")
+def pretrain_data_command(
+    data: Annotated[Path, typer.Option(help="Dataset folder: a city from `spatialrl virl make-city` (a training city, "
+                                            "never an evaluation one).")],
+    out: Annotated[Path, typer.Option(help="SFT dataset folder to write (the `spatialrl data sft` format).")],
+    pairs: Annotated[int, typer.Option(help="Samples in all, split evenly over the kinds.")],
+    seed: Annotated[int, typer.Option(help="Seed: classes, routes, poses and the sign search all derive from it.")] = 0,
+    kinds: Annotated[str, typer.Option(help="Comma-separated sample kinds: destination_here, which_view.")] =
+        "destination_here,which_view",
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Grid option key=value (repeatable): grid_size (224), rail_mode, straight_line_length, "
+                      "cache_mb.")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing dataset folder.")] = False,
+) -> None:
+    """Visual pretraining samples from the simulator's labels: destination reached yes/no, which view shows a
+    shop's sign (docs/virl.md)."""
+    import shlex
+    import sys
+
+    from rich.console import Console
+    from rich.progress import track
+
+    from spatialrl.envs.virl.pretrain import parse_kinds, pretrain_meta, pretrain_options, pretrain_samples
+    from spatialrl.errors import SpatialRLError
+    from spatialrl.io import write_sft_samples
+    from spatialrl.overrides import parse_sets
+
+    console = Console()
+    try:
+        chosen = parse_kinds(kinds)
+        sets = parse_sets(set_)
+        pretrain_options(sets)  # bad options fail before the city is loaded
+        meta = pretrain_meta(data, pairs, seed, chosen, sets,
+                             command=shlex.join(["spatialrl", *sys.argv[1:]]) if sys.argv else None)
+        samples = pretrain_samples(data, pairs, seed, chosen, sets)
+        meta = write_sft_samples(out, track(samples, total=pairs, description="virl pretrain-data",
+                                            console=console, transient=True), meta, overwrite=overwrite)
+    except (SpatialRLError, ValueError) as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(meta["categories"].items()))
+    console.print(f"[green]{meta['samples']} samples, {meta['images']} images → {out}[/green]\n  {counts}")
 
 
 # `spatialrl virl make-city`: the city generator's command (envs/virl/city.py), next to check-data.

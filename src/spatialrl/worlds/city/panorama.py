@@ -23,7 +23,7 @@ from spatialrl.render import Lighting, Renderer
 from spatialrl.render.camera import FAR
 from spatialrl.render.mesh import Mesh
 from spatialrl.worlds.city.geometry import CityMeshes, build_meshes
-from spatialrl.worlds.city.visibility import VIEW_SIZE, view_cameras
+from spatialrl.worlds.city.visibility import VIEW_OFFSETS, VIEW_SIZE, view_cameras
 from spatialrl.worlds.city.world import City
 
 ID_VIEW_SIZE = 320  # id views for the visibility check; pixel counts are scaled to VIEW_SIZE views
@@ -150,9 +150,15 @@ class PanoramaRenderer:
     def sign_pixels(self, instance_id: int, pano: int, heading: float) -> float:
         """Pixels of ``instance_id`` in the best of the four V-IRL views at ``pano`` facing ``heading``,
         scaled to ``VIEW_SIZE`` x ``VIEW_SIZE`` views."""
-        ids = self.renderer.render_ids(self._id_scene(pano), view_cameras(self.city.camera_position(pano), heading))
+        return max(self.view_pixels(instance_id, pano, heading))
+
+    def view_pixels(self, instance_id: int, pano: int, heading: float,
+                    offsets: tuple[float, ...] = VIEW_OFFSETS) -> list[float]:
+        """Pixels of ``instance_id`` in each view (grid order of ``offsets``), scaled like ``sign_pixels``."""
+        cams = view_cameras(self.city.camera_position(pano), heading, offsets)
+        ids = self.renderer.render_ids(self._id_scene(pano), cams)
         scale = (VIEW_SIZE / ID_VIEW_SIZE) ** 2
-        return float(max((frame == instance_id).sum() for frame in ids)) * scale
+        return [float((frame == instance_id).sum()) * scale for frame in ids]
 
     def close(self) -> None:
         self.renderer.close()

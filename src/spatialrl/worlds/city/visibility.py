@@ -29,8 +29,11 @@ VIEW_OFFSETS = (-135.0, -45.0, 45.0, 135.0)  # V-IRL's 2x2 grid order: TL, TR, B
 MIN_SIGN_AREA_PX = 900.0  # of a 640x640 view: e.g. a 90 x 10 px sign
 
 
-def view_cameras(position: tuple[float, float, float], heading: float) -> list[Camera]:
-    return [Camera(position, (heading + off) % 360.0, 0.0, VIEW_FOV) for off in VIEW_OFFSETS]
+def view_cameras(position: tuple[float, float, float], heading: float,
+                 offsets: tuple[float, ...] = VIEW_OFFSETS) -> list[Camera]:
+    """The grid's views at ``heading``; ``offsets`` (degrees, grid order) default to V-IRL's own layout
+    (the V-IRL env's ``rail_mode=grid_order`` lays the views out at 0, 90, 180, 270 instead)."""
+    return [Camera(position, (heading + off) % 360.0, 0.0, VIEW_FOV) for off in offsets]
 
 
 def _clip(poly: np.ndarray, plane: np.ndarray) -> np.ndarray:
@@ -112,20 +115,25 @@ class SignVisibility:
     def best_area(self, place_index: int, pano: int, heading: float) -> float:
         """Largest projected area (px) of any of the place's sign faces in any of the four views."""
         key = (place_index, pano, int(round(heading * 10)))
-        if key in self._cache:
-            return self._cache[key]
+        if key not in self._cache:
+            self._cache[key] = max(self.view_areas(place_index, pano, heading))
+        return self._cache[key]
+
+    def view_areas(self, place_index: int, pano: int, heading: float,
+                   offsets: tuple[float, ...] = VIEW_OFFSETS) -> list[float]:
+        """Per view (grid order of ``offsets``), the largest projected area (px) of any of the place's
+        unblocked sign faces: which view shows the sign, not only whether one does."""
         city = self.city
-        cams = view_cameras(city.camera_position(pano), heading)
+        cams = view_cameras(city.camera_position(pano), heading, offsets)
         own = city.places[place_index].lot
-        best = 0.0
+        areas = [0.0] * len(cams)
         for s in self.by_place.get(place_index, []):
             centre = s.corners.mean(0)
             if self._blocked(city.panos.xz[pano], centre[[0, 2]], own):
                 continue
-            for cam in cams:
-                best = max(best, projected_area(s.corners, s.normal, cam))
-        self._cache[key] = best
-        return best
+            for k, cam in enumerate(cams):
+                areas[k] = max(areas[k], projected_area(s.corners, s.normal, cam))
+        return areas
 
     def rendered_area(self, place_index: int, pano: int, heading: float) -> float:
         """Rendered sign pixels (640-view scale) via ``confirm``; cached."""
