@@ -195,12 +195,16 @@ init_args() {  # name → MODEL_ARGS. INIT=scratch (default): the recipe's prese
                # tvr-ao-sft). INIT=<folder>: <folder>/<name>/ where present (else from scratch) — to continue
                # training across sessions, unpack the weights a session returned there (scripts/gpu/
                # keep_weights.sh: into .init/, git-ignored) and carry it: carry [".whl", ".gl", ".init"].
+               # INIT_MAP="arm=other ...": arm starts from other's weights instead (same architecture), e.g.
+               # tvr-va-sft=tvr-ao-sft: the VA model from the AO model that has begun to use its images.
   MODEL_ARGS=()
+  local from=$1 pair
+  for pair in ${INIT_MAP:-}; do [ "${pair%%=*}" = "$1" ] && from=${pair#*=}; done
   case "${INIT:-scratch}" in
     scratch) return 0 ;;
-    shipped) local from=$1; case $1 in tvr-ao-*) from=tvr-ao-sft ;; esac
+    shipped) case $from in tvr-ao-*) from=tvr-ao-sft ;; esac
              MODEL_ARGS=(--model.path=builtin:"$from" "--model.preset_overrides={}") ;;
-    *) local dir; dir=$(cd "$ROOT" && realpath -m "$INIT")/$1
+    *) local dir; dir=$(cd "$ROOT" && realpath -m "$INIT")/$from
        [ -f "$dir/config.json" ] && MODEL_ARGS=(--model.path="$dir" "--model.preset_overrides={}") ;;
   esac
   return 0
@@ -229,6 +233,7 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
   if [ "$stop" -lt "${MIN_TRAIN_S:-60}" ]; then  # too little left: a start would outlive the command's
     # timeout, which kills this script but not its trainers (they would still run into the next command)
     stamp "train $name: not started, ${stop}s left before TRAIN_END_S (MIN_TRAIN_S ${MIN_TRAIN_S:-60}); the next command starts it"
+    pack_weights "$name"  # what an earlier command trained, if any
     return
   fi
   stamp "train $name: $budget min budget in all, this command stops it within ${stop}s (resume=$resume, init=${from#--model.path=}, accum=$ACCUM, frames on $([[ " ${TRAIN_EXTRA[*]} " == *images_on_device=false* ]] && echo host || echo device))"
@@ -247,15 +252,35 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
   if [ "$rc" = 0 ] && [ -d "$WORK/runs/$name/final" ]; then stamp "trained $name: $last"
   elif [ "$rc" = 124 ] && grep -q "SIGTERM: paused" "$LOGS/train-$name.log"; then
     stamp "paused $name: $last"
+    pack_weights "$name"  # first: ending the run below took 42 s for virl-sft (2026-12-05, fourth session),
+    # and a command cut by its timeout then returned no weights for it
     if [ "${RESUME:-0}" = 1 ] && [ "${FINAL:-1}" = 1 ]; then  # the last planned command (FINAL=0: a middle
       # one, the run stays paused for the next): end the run at its checkpoint (a budget
       # already spent leaves the loop before any update, and the run ends as finished: final model)
       "${sft[@]}" --checkpoint.resume=auto --time_budget_minutes=0.001 >> "$LOGS/train-$name.log" 2>&1 \
         && [ -d "$WORK/runs/$name/final" ] && stamp "ended $name at its checkpoint (budget not reached)" \
-        || stamp "FAILED: ending $name at its checkpoint (logs/train-$name.log)"
+        && pack_weights "$name" || stamp "FAILED: ending $name at its checkpoint (logs/train-$name.log)"
     fi
+    return 0
   else stamp "FAILED: training $name, exit $rc (logs/train-$name.log)"
   fi
+  pack_weights "$name"  # finished: its final model; failed: its last checkpoint's (NaN runs stop there)
+}
+pack_weights() {  # name → OUT/<name>.tar.gz: the final model, else the last checkpoint's model in bf16 (a
+                  # paused run), so a command returns usable weights even if the machine is gone after it
+  local name=$1
+  rm -rf "$WORK/weights/$name"
+  if [ -d "$WORK/runs/$name/final" ]; then
+    cp -r "$WORK/runs/$name/final" "$WORK/weights/$name"
+  elif [ -d "$WORK/runs/$name/checkpoints" ]; then
+    "$PY" "$ROOT/scripts/gpu/snapshot_weights.py" "$WORK/runs/$name" "$WORK/weights/$name" >> "$OUT/timeline.txt" 2>&1 \
+      || { stamp "FAILED: snapshot of $name"; return 0; }
+  else
+    return 0
+  fi
+  cp "$WORK/runs/$name/metrics.jsonl" "$WORK/runs/$name/summary.json" "$WORK/weights/$name/" 2>/dev/null
+  tar -czf "$OUT/$name.tar.gz.part" -C "$WORK/weights" "$name" && mv "$OUT/$name.tar.gz.part" "$OUT/$name.tar.gz"
+  stamp "weights $name: $(du -h "$OUT/$name.tar.gz" | cut -f1)"
 }
 stage_data() {
   # (off by default since the second run: seed 0 gave 0.53 / 0.70 at updates 100 / 200 both times)
@@ -315,7 +340,7 @@ if scores:
 PY
 }
 stage_fit() {  # merge each arm's shards (not when resuming), train the arms side by side (eval data
-              # built meanwhile), pack the finished or paused ones
+              # built meanwhile); each arm packs its weights as it stops
   local a
   if [ "${RESUME:-0}" != 1 ]; then
     for a in $ARMS; do merge "$a" & done; wait
@@ -326,23 +351,7 @@ stage_fit() {  # merge each arm's shards (not when resuming), train the arms sid
     set -- $(arm "$a")
     train "$a" "$1" "$2" &
   done
-  wait
-  for name in $ARMS; do
-    rm -rf "$WORK/weights/$name"
-    if [ -d "$WORK/runs/$name/final" ]; then
-      cp -r "$WORK/runs/$name/final" "$WORK/weights/$name"
-    elif [ -d "$WORK/runs/$name/checkpoints" ]; then  # a paused run: its last checkpoint's model in bf16,
-      # so this command returns usable weights even if the machine is gone before the next one
-      "$PY" "$ROOT/scripts/gpu/snapshot_weights.py" "$WORK/runs/$name" "$WORK/weights/$name" >> "$OUT/timeline.txt" 2>&1 \
-        || { stamp "FAILED: snapshot of $name"; continue; }
-    else
-      continue
-    fi
-    cp "$WORK/runs/$name/metrics.jsonl" "$WORK/runs/$name/summary.json" "$WORK/weights/$name/" 2>/dev/null
-    tar -czf "$OUT/$name.tar.gz" -C "$WORK/weights" "$name"
-    stamp "weights $name: $(du -h "$OUT/$name.tar.gz" | cut -f1)"
-  done
-  wait
+  wait  # (each arm packs its weights as it stops: pack_weights, in train)
 }
 
 # ------------------------------------------------------------------------------------------- eval

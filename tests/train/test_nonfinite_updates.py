@@ -66,3 +66,15 @@ def test_zero_turns_the_guard_off(tmp_path):
     assert run.optimizer_step() is None  # no norm is measured, the step is taken
     assert run.skipped_updates == 0
     assert not all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_a_skipped_update_names_the_parameters_with_nonfinite_gradients(tmp_path, capsys):
+    run, model = _run(tmp_path, max_nonfinite_updates=3)
+    _backward(model)
+    model.bias.grad[0] = float("nan")  # only the bias goes bad
+    run.optimizer_step()
+    assert run.nonfinite_params == {"bias": 1}
+    assert "non-finite gradient in 1 of 2 tensors: bias" in capsys.readouterr().out
+    _backward(model, float("inf"))  # both tensors
+    run.optimizer_step()
+    assert run.nonfinite_params == {"bias": 2, "weight": 1}

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,10 @@ class Run:
         self._previous_handler: Any = None
         self._elapsed_before = 0.0
         self.skipped_updates = 0  # updates skipped for a non-finite gradient norm (optimizer_step)
+        # parameter name → skipped updates whose gradient was non-finite there: where the NaNs start (the
+        # TVR action-only arms' skips grew from 2 to 93 in 500 updates on the H100, 2026-12-05)
+        self.nonfinite_params: Counter[str] = Counter()
+        self.param_names: list[str] = []
         self._skipped_in_row = 0
         self._t_loop = time.perf_counter()
         self.budget_s = float(getattr(cfg, "time_budget_minutes", 0.0)) * 60.0
@@ -112,7 +117,8 @@ class Run:
     def prepare(self, model: Any) -> tuple[Any, Any]:
         """AdamW over the trainable parameters of ``model`` (``make_optimizer``), both prepared by accelerate."""
         self.params_trainable, self.params_total = count_parameters(model)
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.param_names, self.params = [n for n, _ in named], [p for _, p in named]
         optimizer = make_optimizer(self.accelerator, self.params, self.cfg)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         return self.model, self.optimizer
@@ -139,12 +145,18 @@ class Run:
         that many in a row end the run with an error, since then the weights or the data are broken."""
         optim = self.cfg.optim
         norm = None
+        per_tensor = None
+        if optim.max_nonfinite_updates > 0:  # before clipping, which spreads one tensor's NaN to all of them
+            grads = [p.grad for p in self.params if p.grad is not None]
+            per_tensor = (dict(zip([n for n, p in zip(self.param_names, self.params, strict=True) if p.grad is not None],
+                                   torch._foreach_norm(grads), strict=True)) if grads else {})
         if optim.max_grad_norm > 0 or optim.max_nonfinite_updates > 0:
             # an infinite max_norm only measures (the clip factor is clamped to 1)
             norm = self.accelerator.clip_grad_norm_(
                 self.params, optim.max_grad_norm if optim.max_grad_norm > 0 else float("inf"))
         norm = None if norm is None else float(norm)
         if optim.max_nonfinite_updates > 0 and norm is not None and not math.isfinite(norm):
+            self._note_nonfinite(per_tensor or {})
             self.optimizer.zero_grad(set_to_none=True)
             self.skipped_updates += 1
             self._skipped_in_row += 1
@@ -160,6 +172,18 @@ class Run:
         return norm
 
     # ------------------------------------------------------------------------------------ resume, save
+    def _note_nonfinite(self, norms: dict[str, torch.Tensor]) -> None:
+        """Count the parameters whose gradient norm (taken before clipping) is NaN/inf — one device sync,
+        only on a skipped update — and print them on the first skip and every tenth, so a log shows where
+        the NaNs come from."""
+        finite = torch.stack([torch.isfinite(v) for v in norms.values()]).tolist() if norms else []
+        names = [n for n, ok in zip(norms, finite, strict=True) if not ok]
+        self.nonfinite_params.update(names)
+        if self.skipped_updates % 10 == 0 and self.accelerator.is_main_process:
+            shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+            print(f"skipped update {self.skipped_updates + 1}: non-finite gradient in {len(names)} of "
+                  f"{len(self.params)} tensors: {shown or 'none (the total norm alone overflowed)'}", flush=True)
+
     def resume(self, checks: dict[str, Any]) -> dict[str, Any] | None:
         """Restore the newest checkpoint (``checkpoint.resume``) into the prepared model and optimiser and
         return its trainer state, or None. ``checks`` (and ``world_size``) must equal the saved values."""
@@ -291,6 +315,8 @@ class Run:
         ``OUTPUT/summary.json``.
         """
         summary = {**summary, "seconds": time.perf_counter() - self.t_start}
+        if self.nonfinite_params:  # where skipped updates had NaN/inf gradients (this process's count)
+            summary["nonfinite_grad_params"] = dict(self.nonfinite_params.most_common(20))
         assert self.tracker is not None
         if not self.stopped_early:
             save(step)

@@ -1,0 +1,30 @@
+"""train_builtin.sh's init_args: which weights each arm starts from (INIT, INIT_MAP)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def init_args(arm: str, tmp_path: Path, **env: str) -> str:
+    script = ROOT / "scripts/gpu/train_builtin.sh"
+    body = f'source <(sed -n "/^init_args() {{/,/^}}/p" {script}); ROOT={tmp_path}; init_args {arm}; echo "${{MODEL_ARGS[@]}}"'
+    return subprocess.run(["bash", "-c", body], env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_init_folder_and_map(tmp_path):
+    for arm in ("tvr-ao-sft", "tvr-va-sft"):
+        (tmp_path / "init" / arm).mkdir(parents=True)
+        (tmp_path / "init" / arm / "config.json").write_text("{}")
+    own = init_args("tvr-va-sft", tmp_path, INIT="init")
+    assert own == f"--model.path={tmp_path}/init/tvr-va-sft --model.preset_overrides={{}}"
+    mapped = init_args("tvr-va-sft", tmp_path, INIT="init", INIT_MAP="virl-sft=x tvr-va-sft=tvr-ao-sft")
+    assert mapped == f"--model.path={tmp_path}/init/tvr-ao-sft --model.preset_overrides={{}}"
+    assert init_args("virl-sft", tmp_path, INIT="init") == ""  # no folder for it: from scratch
+    assert init_args("tvr-ao-pre", tmp_path, INIT="shipped") == "--model.path=builtin:tvr-ao-sft --model.preset_overrides={}"
+    assert init_args("tvr-va-sft", tmp_path, INIT="shipped", INIT_MAP="tvr-va-sft=tvr-ao-pre") == \
+        "--model.path=builtin:tvr-ao-sft --model.preset_overrides={}"
+    assert init_args("tvr-va-sft", tmp_path) == ""  # INIT=scratch
