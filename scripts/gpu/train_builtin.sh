@@ -91,6 +91,7 @@ VIRL_NOISE=${VIRL_NOISE:-0}
 # seeds 0 (eval bench), 1 (validation bench), 7 and 8 (eval cities).
 SEED0=$((100 + 100 * ${DATA_ROUND:-0}))
 PRE_PAIRS=${PRE_PAIRS:-$([ "$SMOKE" = 1 ] && echo 16 || echo 4000)}  # visual pretraining pairs per bench
+VPRE_PAIRS=${VPRE_PAIRS:-$([ "$SMOKE" = 1 ] && echo 8 || echo 2000)}  # V-IRL destination pairs per city (~1/5)
 # Arms: the models trained side by side. The three shipped ones by default; candidate recipes for the TVR
 # action-only model can join (ARMS="... tvr-ao-allopt tvr-ao-pre"), and STAGE=eval then picks the one
 # shipped as tvr-ao-sft by success on a *validation* bench (seed 1), never on the test bench (seed 0).
@@ -98,11 +99,12 @@ ARMS=${ARMS:-virl-sft tvr-ao-sft tvr-va-sft}
 arm() {  # name → "recipe batch-size task memory kind...": kinds are the shard prefixes merged into its data
   case $1 in
     virl-sft) echo "virl_small.yaml $BS_VIRL virl - virl" ;;
+    virl-pre) echo "virl_small.yaml $BS_VIRL virl - virl vpre" ;;     # + destination pairs (virl pretrain-data)
     tvr-ao-sft) echo "tvr_ao_small.yaml $BS_AO tvr ao ao" ;;          # noisy expert, look-first labels
     tvr-va-sft) echo "tvr_va_small.yaml $BS_VA tvr va va" ;;
     tvr-ao-allopt) echo "tvr_ao_small.yaml $BS_AO tvr ao aoall" ;;    # every optimal action as a label
     tvr-ao-pre) echo "tvr_ao_small.yaml $BS_AO tvr ao ao pre" ;;      # + visual pretraining pairs mixed in
-    *) echo "unknown arm $1 (virl-sft tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre)" >&2; return 1 ;;
+    *) echo "unknown arm $1 (virl-sft virl-pre tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre)" >&2; return 1 ;;
   esac
 }
 for a in $ARMS; do arm "$a" > /dev/null || exit 2; done
@@ -140,6 +142,11 @@ virl_shard() {  # k: a metro city of seed 100+k and its expert episodes
     --set grid_size=$GRID --expert-noise "$VIRL_NOISE" --seed $((10 * SEED0 + k)) \
     --out "$WORK/data/virl-$k" --overwrite --batch-size 32 > "$LOGS/data-virl-$k.log" 2>&1 \
     || stamp "FAILED: virl data $k"
+  # simulator-labelled destination questions on the same city (have I reached X? which view shows X?):
+  # the stop at the destination is the decision the street view alone can make (docs/virl.md)
+  if needs vpre; then spatialrl virl pretrain-data --data "$city" --pairs "$VPRE_PAIRS" --seed $((10 * SEED0 + k)) \
+      --set grid_size=$GRID --out "$WORK/data/vpre-$k" --overwrite > "$LOGS/data-vpre-$k.log" 2>&1 \
+      || stamp "FAILED: vpre data $k"; fi
 }
 tvr_shard() {  # k: a bench of seed 100+k (sft split only), its AO (noisy expert) and VA data
   local k=$1 bench=$WORK/data/bench-$((SEED0 + k))
@@ -192,17 +199,20 @@ merge() {  # arm: the first SHARDS shards of each of its kinds, merged into its 
 }
 init_args() {  # name → MODEL_ARGS. INIT=scratch (default): the recipe's preset. INIT=shipped: the shipped
                # model of its kind (src/spatialrl/models/weights/<name>; candidate AO arms start from
-               # tvr-ao-sft). INIT=<folder>: <folder>/<name>/ where present (else from scratch) — to continue
+               # tvr-ao-sft, V-IRL ones from virl-sft). INIT=<folder>: <folder>/<name>/ where present (else from scratch) — to continue
                # training across sessions, unpack the weights a session returned there (scripts/gpu/
                # keep_weights.sh: into .init/, git-ignored) and carry it: carry [".whl", ".gl", ".init"].
                # INIT_MAP="arm=other ...": arm starts from other's weights instead (same architecture), e.g.
-               # tvr-va-sft=tvr-ao-sft: the VA model from the AO model that has begun to use its images.
+               # tvr-va-sft=tvr-ao-sft: the VA model from the AO model that has begun to use its images;
+               # arm=builtin:NAME: a shipped model (e.g. V-IRL arms beside INIT=.init TVR arms).
   MODEL_ARGS=()
   local from=$1 pair
   for pair in ${INIT_MAP:-}; do [ "${pair%%=*}" = "$1" ] && from=${pair#*=}; done
+  case $from in builtin:*)  # INIT_MAP="virl-pre=builtin:virl-sft": that shipped model, whatever INIT says
+    MODEL_ARGS=(--model.path="$from" "--model.preset_overrides={}"); return 0 ;; esac
   case "${INIT:-scratch}" in
     scratch) return 0 ;;
-    shipped) case $from in tvr-ao-*) from=tvr-ao-sft ;; esac
+    shipped) case $from in tvr-ao-*) from=tvr-ao-sft ;; virl-*) from=virl-sft ;; esac
              MODEL_ARGS=(--model.path=builtin:"$from" "--model.preset_overrides={}") ;;
     *) local dir; dir=$(cd "$ROOT" && realpath -m "$INIT")/$from
        [ -f "$dir/config.json" ] && MODEL_ARGS=(--model.path="$dir" "--model.preset_overrides={}") ;;

@@ -28,3 +28,10 @@ def test_init_folder_and_map(tmp_path):
     assert init_args("tvr-va-sft", tmp_path, INIT="shipped", INIT_MAP="tvr-va-sft=tvr-ao-pre") == \
         "--model.path=builtin:tvr-ao-sft --model.preset_overrides={}"
     assert init_args("tvr-va-sft", tmp_path) == ""  # INIT=scratch
+
+
+def test_shipped_and_builtin_map_for_virl_arms(tmp_path):
+    assert init_args("virl-pre", tmp_path, INIT="shipped") == "--model.path=builtin:virl-sft --model.preset_overrides={}"
+    # beside INIT=.init TVR arms, a V-IRL arm can start from the shipped model
+    assert init_args("virl-pre", tmp_path, INIT="init", INIT_MAP="virl-pre=builtin:virl-sft") == \
+        "--model.path=builtin:virl-sft --model.preset_overrides={}"
