@@ -36,6 +36,24 @@ def test_a_random_model_reads_its_images_and_a_blinded_one_does_not(bench):
     assert 0.0 <= blind["p_stop_at_target"] <= 1.0 and blind["states"] == 6
 
 
+def test_the_shared_prefix_path_gives_the_whole_pass_distributions(bench, monkeypatch):
+    from spatialrl.eval import image_probe
+
+    states = probe_states(bench, "eval", {"width": 112, "height": 64}, n=3)
+    model, processor, _ = build_model("tiny", seed=1)
+    with torch.no_grad():
+        whole = image_probe.answer_distributions(model, processor, states, shared_prefix=False)
+
+        def no_whole_pass(*args):
+            raise AssertionError("a state fell back to whole passes")
+
+        monkeypatch.setattr(image_probe, "_full_scores", no_whole_pass)
+        shared = image_probe.answer_distributions(model, processor, states)
+    assert whole.shape == shared.shape == (3, 9)
+    assert abs(whole - shared).max() < 1e-5, abs(whole - shared).max()
+    assert abs(whole - whole.mean(axis=1, keepdims=True)).max() > 1e-4  # the answers do differ
+
+
 def test_with_target_replaces_only_the_last_target(bench):
     state = probe_states(bench, "eval", {"width": 112, "height": 64}, n=2)[0]
     new = torch.zeros(64, 112, 3, dtype=torch.uint8).numpy()
