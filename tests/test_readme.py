@@ -69,6 +69,9 @@ def test_readme_commands_run_as_written(tmp_path):
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
                                   if Path(p).resolve() != Path(venv_bin).resolve())
     env.update(COLUMNS="100", NO_COLOR="1")
+    # one torch thread per command: with two on a 2-core CI machine that has anything else running, the
+    # built-in models' evals took minutes instead of seconds (threads waiting on a descheduled sibling)
+    env.setdefault("OMP_NUM_THREADS", "1")
     res = subprocess.run(["bash", "-c", "\n".join(script)], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=600)
     out = res.stdout + res.stderr

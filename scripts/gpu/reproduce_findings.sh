@@ -90,7 +90,9 @@ mkdir -p "$LOGS" "$WORK/data" "$WORK/runs" "$WORK/eval" "$WORK/findings"
 # shellcheck source=lib.sh
 source "$ROOT/scripts/gpu/lib.sh"
 rmdir "$OUT/logs" 2>/dev/null
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}   # several trainers and evals share the CPU cores
+# several trainers and evals share the CPU cores: two threads each on the GPU machine; one in SMOKE (four
+# trainers, then six evals, on a CPU of a few cores: two threads each made the TVR rehearsal ~2x slower)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$([ "$SMOKE" = 1 ] && echo 1 || echo 2)}
 
 if [ "$SMOKE" = 1 ]; then
   SEEDS=${SEEDS:-0 1}; EVAL_VIRL=${EVAL_VIRL:-2}; IN_EVAL=${IN_EVAL:-1}; TRAIN_MIN=${TRAIN_MIN:-0.3}

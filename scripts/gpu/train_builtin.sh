@@ -71,15 +71,16 @@ trap pack_logs EXIT
 if [ "$SMOKE" = 1 ]; then
   NCITY=${NCITY:-2}; CITY_ROUTES=${CITY_ROUTES:-4}; VIRL_EPISODES=${VIRL_EPISODES:-4}; NBENCH=${NBENCH:-2}
   TVR_SFT=${TVR_SFT:-4}; TVR_SCENES=${TVR_SCENES:-1}; TRAIN_END_S=${TRAIN_END_S:-100000}; BUDGET_MIN=${BUDGET_MIN:-0.2}
-  VAL_ROUTES=${VAL_ROUTES:-4}; VAL_EVERY=${VAL_EVERY:-2}
+  VAL_ROUTES=${VAL_ROUTES:-4}; VAL_EVERY=${VAL_EVERY:-2}; VAL_SAMPLES=${VAL_SAMPLES:-8}; VAL_SAMPLES_VA=${VAL_SAMPLES_VA:-4}
   EVAL_TVR=${EVAL_TVR:-4}; VAL_TVR=${VAL_TVR:-4}; EVAL_VIRL=${EVAL_VIRL:-2}; EVAL_ROUTES=${EVAL_ROUTES:-4}; W=112; H=64; GRID=112
   TRAIN_EXTRA=(--model.path=preset:tiny "--model.preset_overrides={}" --data.num_workers=0 --logging.every=1)
   BS_VIRL=2; BS_AO=4; BS_VA=2; PROBE_STATES=${PROBE_STATES:-8}; MIN_TRAIN_S=${MIN_TRAIN_S:-10}
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # the arms' trainers share a few CPU cores: one thread each
   VECTOR_BENCH_ARGS=${VECTOR_BENCH_ARGS:---sizes 112x64 --num-envs 4 --steps 16 --repeats 1 --scenes 1}
 else
   NCITY=${NCITY:-8}; CITY_ROUTES=${CITY_ROUTES:-200}; VIRL_EPISODES=${VIRL_EPISODES:-600}; NBENCH=${NBENCH:-8}
   TVR_SFT=${TVR_SFT:-600}; TVR_SCENES=${TVR_SCENES:-100}; TRAIN_END_S=${TRAIN_END_S:-560}; BUDGET_MIN=${BUDGET_MIN:-7}
-  VAL_ROUTES=${VAL_ROUTES:-60}; VAL_EVERY=${VAL_EVERY:-500}
+  VAL_ROUTES=${VAL_ROUTES:-60}; VAL_EVERY=${VAL_EVERY:-500}; VAL_SAMPLES=${VAL_SAMPLES:-256}; VAL_SAMPLES_VA=${VAL_SAMPLES_VA:-32}
   EVAL_TVR=${EVAL_TVR:-200}; VAL_TVR=${VAL_TVR:-100}; EVAL_VIRL=${EVAL_VIRL:-120}; EVAL_ROUTES=${EVAL_ROUTES:-400}; W=280; H=168; GRID=224
   BS_VIRL=64; BS_AO=128; BS_VA=8; PROBE_STATES=${PROBE_STATES:-200}
   VECTOR_BENCH_ARGS=${VECTOR_BENCH_ARGS:---sizes 640x360 280x168 --num-envs 256 1024 --steps 4096 --repeats 1}
@@ -252,9 +253,10 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
              "${TRAIN_EXTRA[@]}" "${MODEL_ARGS[@]}")
   local task memory val; read -r _ _ task memory _ <<< "$(arm "$name")"
   val=$WORK/data/val-$([ "$task" = virl ] && echo virl || echo "$memory")
-  # the image-use curve on held-out data (VA samples are whole trajectories: fewer)
+  # the image-use curve on held-out data, VAL_SAMPLES per evaluation (VA samples are whole trajectories:
+  # fewer, VAL_SAMPLES_VA)
   [ -f "$val/meta.json" ] && sft+=(--data.eval="$val" --eval_loss_every="$VAL_EVERY"
-                                   --data.eval_samples=$([ "$memory" = va ] && echo 32 || echo 256))
+                                   --data.eval_samples=$([ "$memory" = va ] && echo "$VAL_SAMPLES_VA" || echo "$VAL_SAMPLES"))
   timeout --signal=TERM --kill-after=60 "$stop" "${sft[@]}" --checkpoint.resume=$resume --time_budget_minutes="$budget" \
       >> "$LOGS/train-$name.log" 2>&1
   rc=$?

@@ -105,3 +105,10 @@ def test_weight_change_clears_the_store(tiny):
 def test_size_must_be_positive():
     with pytest.raises(ValueError, match="> 0 MB"):
         ConversationKV(0)
+
+
+def test_both_kv_stores_share_one_weights_check():
+    """ConversationKV and the rollouts' PrefixKV clear on new weights by the same rule (models/sampling.py)."""
+    from spatialrl.models.sampling import PrefixKV, WeightsBound
+
+    assert ConversationKV.check_weights is PrefixKV.check_weights is WeightsBound.check_weights

@@ -43,7 +43,7 @@ def test_answer_words_start_with_distinct_tokens(tiny_builtin):
         check_answer_tokens(processor, task)
 
 
-def test_a_fresh_tiny_model_learns_which_image_is_which(tiny_builtin):
+def test_a_fresh_tiny_model_learns_which_image_is_which(tiny_builtin, one_thread):
     """Images reach the model in order: a fresh tiny model learns the second image's colour (chance 1/3).
     Fails if pixels are dropped, shuffled across samples or paired with the wrong placeholder."""
     model, processor = tiny_builtin
@@ -52,6 +52,18 @@ def test_a_fresh_tiny_model_learns_which_image_is_which(tiny_builtin):
     r = learn(model, processor, "second", steps=200, eval_every=50, seed=0)
     assert r["steps_to_threshold"] is not None, r["curve"]
     assert answer_accuracy(model, processor, held) >= 0.9 > before + 0.3
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread (as tests/rl/conftest.py): the 200 updates took ~60 s with two threads on a 2-core
+    machine, ~15 s with one, and minutes with two when anything else ran."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture

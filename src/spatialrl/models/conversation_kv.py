@@ -30,7 +30,7 @@ import torch
 
 from spatialrl.lru import MegabyteCache
 from spatialrl.models.family import model_family
-from spatialrl.models.sampling import _cross_layers, _inner, weights_signature
+from spatialrl.models.sampling import WeightsBound, _cross_layers, _inner
 
 # (start, tokens, key) of one image's placeholder run in a row
 ImageRun = tuple[int, int, tuple]
@@ -114,7 +114,7 @@ def _cut(model: Any, cache: Any, length: int) -> Any:
     return out
 
 
-class ConversationKV(MegabyteCache):
+class ConversationKV(WeightsBound, MegabyteCache):
     """Content-addressed KV caches of earlier prompts + answers (module docstring).
 
     ``max_mb`` bounds the kept K/V (least recently used evicted first); ``min_tokens`` is the shortest
@@ -125,7 +125,6 @@ class ConversationKV(MegabyteCache):
     def __init__(self, max_mb: float = 1024, min_tokens: int = 8):
         super().__init__(max_mb, size=lambda e: e.nbytes)
         self.min_tokens = min_tokens
-        self._signature: tuple | None = None
         self._next_key = 0
         self.reused_tokens = 0  # prompt tokens served from an entry instead of prefilled again
         self.prefilled_tokens = 0
@@ -135,12 +134,6 @@ class ConversationKV(MegabyteCache):
         """Qwen-VL families and Mllama (what :func:`~spatialrl.models.sampling.generate_from_prefixes` can
         prefill image by image)."""
         return model_family(model).vision_features in ("qwen", "mllama")
-
-    def check_weights(self, model: Any) -> None:
-        signature = weights_signature(model)
-        if signature != self._signature:
-            self.clear()
-            self._signature = signature
 
     def claim(self, model: Any, row: dict[str, torch.Tensor]) -> Claim:
         """The best entry for one unpadded row, as a view cut to the prefix it shares with the row (at most

@@ -193,7 +193,22 @@ def weights_signature(model: Any) -> tuple:
     return (id(model), tuple((p.data_ptr(), p._version) for p in model.parameters()))
 
 
-class PrefixKV:
+class WeightsBound:
+    """Mixin of a KV store whose entries hold only under the weights that made them (:class:`PrefixKV`,
+    :class:`~spatialrl.models.conversation_kv.ConversationKV`): :meth:`check_weights`, called on every
+    use, empties the store (its own ``clear``) when the model's :func:`weights_signature` differs from the
+    one last checked."""
+
+    _signature: tuple | None = None
+
+    def check_weights(self, model: Any) -> None:
+        signature = weights_signature(model)
+        if signature != self._signature:
+            self.clear()
+            self._signature = signature
+
+
+class PrefixKV(WeightsBound):
     """The KV cache of each live segment's tokens so far, kept between the turns of a rollout.
 
     Entries are keyed by segment identity (a segment is append-only, so a cache of its first ``length``
@@ -207,7 +222,6 @@ class PrefixKV:
 
     def __init__(self) -> None:
         self._rows: dict[int, tuple[Any, Any, int]] = {}  # id(segment) -> (segment, cache, length)
-        self._signature: tuple | None = None
         self.reused_tokens = 0  # prompt tokens served from a cache instead of prefilled again
         self.prefilled_tokens = 0
 
@@ -216,12 +230,6 @@ class PrefixKV:
 
     def clear(self) -> None:
         self._rows.clear()
-
-    def check_weights(self, model: Any) -> None:
-        signature = weights_signature(model)
-        if signature != self._signature:
-            self.clear()
-            self._signature = signature
 
     def get(self, segment: Any) -> tuple[Any, int]:
         """``(cache, cached length)`` of ``segment``, or ``(None, 0)``."""
