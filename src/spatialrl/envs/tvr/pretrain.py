@@ -40,7 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from spatialrl.envs.registry import check_option_values
+from spatialrl.envs.pretrain_data import known_options
+from spatialrl.envs.pretrain_data import parse_kinds as parse_any_kinds
 from spatialrl.envs.tvr.episode import CANDIDATE_RESPONSES, TaskPool
 from spatialrl.envs.tvr.lattice import ACTIONS, STOP, Lattice, Pose
 from spatialrl.envs.tvr.prompts import SYSTEM_PROMPT, to_content
@@ -106,25 +107,12 @@ class Pair:
 # ------------------------------------------------------------------------------------------- options
 def pretrain_options(sets: dict[str, Any] | None) -> dict[str, Any]:
     """The image options (``--set``) over their defaults; unknown keys and bad values are errors."""
-    sets = dict(sets or {})
-    unknown = sorted(set(sets) - set(DEFAULT_OPTIONS))
-    if unknown:
-        raise DataError(f"tvr pretrain-data: unknown option(s) {', '.join(unknown)}; known: "
-                        f"{', '.join(DEFAULT_OPTIONS)} (the frame options of the TVR env)")
-    check_option_values("tvr", sets, DEFAULT_OPTIONS, minimum=_MINIMUM)
-    return {**DEFAULT_OPTIONS, **sets}
+    return known_options("tvr", sets, DEFAULT_OPTIONS, _MINIMUM, "the frame options of the TVR env")
 
 
 def parse_kinds(value: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
     """``"same_view,which_action"`` → the kinds, in :data:`KINDS` order, each once."""
-    if value is None:
-        return KINDS
-    names = [v.strip() for v in value.split(",")] if isinstance(value, str) else [str(v).strip() for v in value]
-    names = [n for n in names if n]
-    bad = [n for n in names if n not in KINDS]
-    if bad or not names:
-        raise DataError(f"--kinds: expected a comma-separated subset of {', '.join(KINDS)}, got {value!r}")
-    return tuple(k for k in KINDS if k in names)
+    return parse_any_kinds(value, KINDS)
 
 
 # ------------------------------------------------------------------------------------------- scenes

@@ -189,29 +189,19 @@ def pretrain_data_command(
     import shlex
     import sys
 
-    from rich.console import Console
-    from rich.progress import track
-
+    from spatialrl.envs.pretrain_data import write_command
     from spatialrl.envs.virl.pretrain import parse_kinds, pretrain_meta, pretrain_options, pretrain_samples
-    from spatialrl.errors import SpatialRLError
-    from spatialrl.io import write_sft_samples
     from spatialrl.overrides import parse_sets
 
-    console = Console()
-    try:
+    def make() -> tuple[dict, object]:
         chosen = parse_kinds(kinds)
         sets = parse_sets(set_)
         pretrain_options(sets)  # bad options fail before the city is loaded
         meta = pretrain_meta(data, pairs, seed, chosen, sets,
                              command=shlex.join(["spatialrl", *sys.argv[1:]]) if sys.argv else None)
-        samples = pretrain_samples(data, pairs, seed, chosen, sets)
-        meta = write_sft_samples(out, track(samples, total=pairs, description="virl pretrain-data",
-                                            console=console, transient=True), meta, overwrite=overwrite)
-    except (SpatialRLError, ValueError) as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from None
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(meta["categories"].items()))
-    console.print(f"[green]{meta['samples']} samples, {meta['images']} images → {out}[/green]\n  {counts}")
+        return meta, pretrain_samples(data, pairs, seed, chosen, sets)
+
+    write_command("virl", out, pairs, overwrite, make)
 
 
 # `spatialrl virl make-city`: the city generator's command (envs/virl/city.py), next to check-data.

@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from spatialrl.envs.registry import check_option_values
+from spatialrl.envs.pretrain_data import known_options
+from spatialrl.envs.pretrain_data import parse_kinds as parse_any_kinds
 from spatialrl.envs.virl.data import VirlDataset
 from spatialrl.envs.virl.pixels import GridCache, GridRenderer
 from spatialrl.envs.virl.prompts import PROMPT_VL
@@ -108,13 +109,7 @@ class Item:
 # ------------------------------------------------------------------------------------------- options
 def pretrain_options(sets: dict[str, Any] | None) -> dict[str, Any]:
     """The grid options (``--set``) over their defaults; unknown keys and bad values are errors."""
-    sets = dict(sets or {})
-    unknown = sorted(set(sets) - set(DEFAULT_OPTIONS))
-    if unknown:
-        raise DataError(f"virl pretrain-data: unknown option(s) {', '.join(unknown)}; known: "
-                        f"{', '.join(DEFAULT_OPTIONS)} (the grid options of the V-IRL env)")
-    check_option_values("virl", sets, DEFAULT_OPTIONS, minimum=_MINIMUM)
-    opts = {**DEFAULT_OPTIONS, **sets}
+    opts = known_options("virl", sets, DEFAULT_OPTIONS, _MINIMUM, "the grid options of the V-IRL env")
     try:
         parse_rail_mode(opts["rail_mode"])
     except ValueError as e:
@@ -124,14 +119,7 @@ def pretrain_options(sets: dict[str, Any] | None) -> dict[str, Any]:
 
 def parse_kinds(value: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
     """``"destination_here,which_view"`` → the kinds, in :data:`KINDS` order, each once."""
-    if value is None:
-        return KINDS
-    names = [v.strip() for v in value.split(",")] if isinstance(value, str) else [str(v).strip() for v in value]
-    names = [n for n in names if n]
-    bad = [n for n in names if n not in KINDS]
-    if bad or not names:
-        raise DataError(f"--kinds: expected a comma-separated subset of {', '.join(KINDS)}, got {value!r}")
-    return tuple(k for k in KINDS if k in names)
+    return parse_any_kinds(value, KINDS)
 
 
 # ------------------------------------------------------------------------------------------- poses
