@@ -103,9 +103,9 @@ def answer_distributions(model: Any, processor: Any, conversations: list[list[di
 
     The nine answers of a state share the whole prompt and ``Action:``, so with ``shared_prefix`` (Qwen
     families) the shared part is prefilled once per state and the nine continuations run from its KV
-    cache as one batch (:func:`_shared_prefix_scores`) — ~9x less compute than nine full passes (200
-    states took 40 minutes on the 2-core VM that way, 2026-12-05); the answers' log-probs are the same up
-    to float rounding (``tests/models/test_image_probe.py``)."""
+    cache as one batch (:func:`_shared_prefix_scores`): 5.35x faster than nine whole passes for the shipped
+    AO model on the 2-core VM (``benchmarks/image_probe_speed.py``; the nine conversations are still
+    encoded), with the same distributions up to float rounding (``tests/models/test_image_probe.py``)."""
     from spatialrl.models.encode import encode_conversations
 
     model_type = model.config.model_type

@@ -147,9 +147,9 @@ class Run:
         norm = None
         per_tensor = None
         if optim.max_nonfinite_updates > 0:  # before clipping, which spreads one tensor's NaN to all of them
-            grads = [p.grad for p in self.params if p.grad is not None]
-            per_tensor = (dict(zip([n for n, p in zip(self.param_names, self.params, strict=True) if p.grad is not None],
-                                   torch._foreach_norm(grads), strict=True)) if grads else {})
+            named = [(n, p.grad) for n, p in zip(self.param_names, self.params, strict=True) if p.grad is not None]
+            per_tensor = dict(zip([n for n, _ in named], torch._foreach_norm([g for _, g in named]), strict=True)) \
+                if named else {}
         if optim.max_grad_norm > 0 or optim.max_nonfinite_updates > 0:
             # an infinite max_norm only measures (the clip factor is clamped to 1)
             norm = self.accelerator.clip_grad_norm_(
@@ -171,7 +171,6 @@ class Run:
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 
-    # ------------------------------------------------------------------------------------ resume, save
     def _note_nonfinite(self, norms: dict[str, torch.Tensor]) -> None:
         """Count the parameters whose gradient norm (taken before clipping) is NaN/inf — one device sync,
         only on a skipped update — and print them on the first skip and every tenth, so a log shows where
@@ -184,6 +183,7 @@ class Run:
             print(f"skipped update {self.skipped_updates + 1}: non-finite gradient in {len(names)} of "
                   f"{len(self.params)} tensors: {shown or 'none (the total norm alone overflowed)'}", flush=True)
 
+    # ------------------------------------------------------------------------------------ resume, save
     def resume(self, checks: dict[str, Any]) -> dict[str, Any] | None:
         """Restore the newest checkpoint (``checkpoint.resume``) into the prepared model and optimiser and
         return its trainer state, or None. ``checks`` (and ``world_size``) must equal the saved values."""
