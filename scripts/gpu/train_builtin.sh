@@ -92,6 +92,14 @@ VIRL_NOISE=${VIRL_NOISE:-0}
 # seeds 0 (eval bench), 1 (validation bench), 7 and 8 (eval cities).
 SEED0=$((100 + 100 * ${DATA_ROUND:-0}))
 PRE_PAIRS=${PRE_PAIRS:-$([ "$SMOKE" = 1 ] && echo 16 || echo 4000)}  # visual pretraining pairs per bench
+# DAgger (arm tvr-ao-dagger): DAGGER_AGENT drives DAGGER_EPISODES episodes per bench (greedy, as eval; the
+# expert steps a DAGGER_BETA share of turns instead) and the look-first oracle labels every state it
+# reached — the states its own mistakes lead to, which the noisy expert's data never shows (the shipped AO
+# model recognises the target but gets lost on the way, docs/training.md). The default agent is the
+# shipped action-only model; DAGGER_AGENT=hf:PATH for another (e.g. one unpacked into .init/).
+DAGGER_AGENT=${DAGGER_AGENT:-builtin:tvr-ao-sft}
+DAGGER_EPISODES=${DAGGER_EPISODES:-$([ "$SMOKE" = 1 ] && echo 2 || echo 300)}
+DAGGER_BETA=${DAGGER_BETA:-0.2}
 VPRE_PAIRS=${VPRE_PAIRS:-$([ "$SMOKE" = 1 ] && echo 8 || echo 2000)}  # V-IRL destination pairs per city (~1/5)
 # Arms: the models trained side by side. The three shipped ones by default; candidate recipes for the TVR
 # action-only model can join (ARMS="... tvr-ao-allopt tvr-ao-pre"), and STAGE=eval then picks the one
@@ -105,7 +113,8 @@ arm() {  # name → "recipe batch-size task memory kind...": kinds are the shard
     tvr-va-sft) echo "tvr_va_small.yaml $BS_VA tvr va va" ;;
     tvr-ao-allopt) echo "tvr_ao_small.yaml $BS_AO tvr ao aoall" ;;    # every optimal action as a label
     tvr-ao-pre) echo "tvr_ao_small.yaml $BS_AO tvr ao ao pre" ;;      # + visual pretraining pairs mixed in
-    *) echo "unknown arm $1 (virl-sft virl-pre tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre)" >&2; return 1 ;;
+    tvr-ao-dagger) echo "tvr_ao_small.yaml $BS_AO tvr ao ao dag" ;;   # + DAgger: DAGGER_AGENT's own states
+    *) echo "unknown arm $1 (virl-sft virl-pre tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre tvr-ao-dagger)" >&2; return 1 ;;
   esac
 }
 for a in $ARMS; do arm "$a" > /dev/null || exit 2; done
@@ -161,6 +170,9 @@ tvr_shard() {  # k: a bench of seed 100+k (sft split only), its AO (noisy expert
   if needs pre; then spatialrl tvr pretrain-data --data "$bench" --split sft --pairs "$PRE_PAIRS" --seed $((SEED0 + k)) \
       --set width=$W --set height=$H --out "$WORK/data/pre-$k" --overwrite > "$LOGS/data-pre-$k.log" 2>&1 \
       || stamp "FAILED: pre data $k"; fi &
+  if needs dag; then spatialrl data sft "${common[@]}" --set memory=ao --samples step --roll-in "$DAGGER_AGENT" \
+      --roll-in-beta "$DAGGER_BETA" --episodes "$DAGGER_EPISODES" --seed $((SEED0 + k)) --keep-failed \
+      --out "$WORK/data/dag-$k" > "$LOGS/data-dag-$k.log" 2>&1 || stamp "FAILED: dag data $k"; fi &
   if needs ao; then spatialrl data sft "${noisy[@]}" --out "$WORK/data/ao-$k" > "$LOGS/data-ao-$k.log" 2>&1 \
       || stamp "FAILED: ao data $k"; fi
   if needs va; then spatialrl data sft "${common[@]}" --set memory=va --out "$WORK/data/va-$k" \

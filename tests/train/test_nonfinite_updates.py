@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from spatialrl.errors import TrainingError
-from spatialrl.train.config import SFTConfig, load_config
+from spatialrl.train.config import ModelConfig, SFTConfig, load_config
 from spatialrl.train.run import Run
 
 
@@ -78,3 +78,19 @@ def test_a_skipped_update_names_the_parameters_with_nonfinite_gradients(tmp_path
     _backward(model, float("inf"))  # both tensors
     run.optimizer_step()
     assert run.nonfinite_params == {"bias": 2, "weight": 1}
+
+
+@pytest.mark.parametrize("allowed", [False, True])
+def test_the_run_sets_the_cudnn_attention_switch(tmp_path, allowed):
+    """``model.cudnn_attention`` decides PyTorch's process-wide cuDNN SDPA flag (off by default: its bf16
+    backward NaN'd the H100 action-only runs' gradients at batch 128)."""
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        cfg = load_config(SFTConfig, None, {"output_dir": str(tmp_path), "data.train": str(tmp_path),
+                                            "logging.report_to": "none", "model.cudnn_attention": allowed})
+        torch.backends.cuda.enable_cudnn_sdp(not allowed)
+        Run(cfg, micro_batch_size=1)
+        assert torch.backends.cuda.cudnn_sdp_enabled() is allowed
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
+    assert ModelConfig().cudnn_attention is False

@@ -79,6 +79,10 @@ class ModelConfig:
     attn_implementation: str | None = field(
         default=None, metadata=_help("e.g. sdpa, eager, flash_attention_2; None = transformers' default.")
     )
+    cudnn_attention: bool = field(default=False, metadata=_help(
+        "Let PyTorch pick its cuDNN attention kernel for scaled_dot_product_attention on CUDA. Off by "
+        "default: its bf16 backward returns NaN gradients at some batch shapes while the loss stays finite "
+        "(docs/training.md, 'NaN gradients'); flash / memory-efficient attention take over at the same speed."))
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 

@@ -73,6 +73,8 @@ class Run:
         self.accelerator = make_accelerator(cfg.model.dtype, micro_batch_size, cfg.optim.max_grad_norm,
                                             log_with=tracker_backends(cfg.logging), project_dir=cfg.output_dir)
         set_seed(cfg.seed)
+        # a process-wide switch (the trainers own their process); a no-op without CUDA
+        torch.backends.cuda.enable_cudnn_sdp(bool(cfg.model.cudnn_attention))
         self.out = Path(cfg.output_dir)
         if self.accelerator.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
