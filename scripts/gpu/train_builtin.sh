@@ -114,7 +114,8 @@ arm() {  # name → "recipe batch-size task memory kind...": kinds are the shard
     tvr-ao-allopt) echo "tvr_ao_small.yaml $BS_AO tvr ao aoall" ;;    # every optimal action as a label
     tvr-ao-pre) echo "tvr_ao_small.yaml $BS_AO tvr ao ao pre" ;;      # + visual pretraining pairs mixed in
     tvr-ao-dagger) echo "tvr_ao_small.yaml $BS_AO tvr ao ao dag" ;;   # + DAgger: DAGGER_AGENT's own states
-    *) echo "unknown arm $1 (virl-sft virl-pre tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre tvr-ao-dagger)" >&2; return 1 ;;
+    tvr-ao-h0) echo "tvr_ao_small.yaml $BS_AO tvr ao aoh0" ;;         # no action history, every optimal label
+    *) echo "unknown arm $1 (virl-sft virl-pre tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre tvr-ao-dagger tvr-ao-h0)" >&2; return 1 ;;
   esac
 }
 for a in $ARMS; do arm "$a" > /dev/null || exit 2; done
@@ -173,6 +174,11 @@ tvr_shard() {  # k: a bench of seed 100+k (sft split only), its AO (noisy expert
   if needs dag; then spatialrl data sft "${common[@]}" --set memory=ao --samples step --roll-in "$DAGGER_AGENT" \
       --roll-in-beta "$DAGGER_BETA" --episodes "$DAGGER_EPISODES" --seed $((SEED0 + k)) --keep-failed \
       --out "$WORK/data/dag-$k" > "$LOGS/data-dag-$k.log" 2>&1 || stamp "FAILED: dag data $k"; fi &
+  # memoryless prompts (history_len=0, recorded in the model's eval settings): with the last actions in the
+  # prompt the AO models repeated their previous action 61-63% of the time where the oracle would 14-16%
+  # (the copycat shortcut); without them only the frames tell the states apart
+  if needs aoh0; then spatialrl data sft "${noisy[@]}" --set history_len=0 --labels all_optimal --out "$WORK/data/aoh0-$k" \
+      > "$LOGS/data-aoh0-$k.log" 2>&1 || stamp "FAILED: aoh0 data $k"; fi &
   if needs ao; then spatialrl data sft "${noisy[@]}" --out "$WORK/data/ao-$k" > "$LOGS/data-ao-$k.log" 2>&1 \
       || stamp "FAILED: ao data $k"; fi
   if needs va; then spatialrl data sft "${common[@]}" --set memory=va --out "$WORK/data/va-$k" \
@@ -183,7 +189,7 @@ val_data() {  # held-out SFT data for the trainers' image-use curve (heldout/los
                # every VAL_EVERY updates): the validation bench (seed 1, its own houses) and a validation
                # city (seed 9); never the test data (bench seed 0, cities 7 and 8)
   local bench=$WORK/data/bench-val city=$WORK/data/city-val
-  if needs ao || needs aoall || needs pre || needs va; then
+  if needs ao || needs aoall || needs pre || needs va || needs aoh0; then
     [ -f "$bench/bench.json" ] || spatialrl tvr make-bench --out "$bench" --seed 1 --overwrite \
         --sizes "eval=$VAL_TVR,sft=0,rl=0,diag_rotate=0,diag_move=0" > "$LOGS/bench-val.log" 2>&1 \
         || { stamp "FAILED: validation bench"; return; }
@@ -191,6 +197,9 @@ val_data() {  # held-out SFT data for the trainers' image-use curve (heldout/los
     if needs ao || needs aoall || needs pre; then spatialrl data sft "${common[@]}" --set memory=ao \
         --expert-noise "$EXPERT_NOISE" --samples step --out "$WORK/data/val-ao" > "$LOGS/data-val-ao.log" 2>&1 \
         || stamp "FAILED: val-ao data"; fi &
+    if needs aoh0; then spatialrl data sft "${common[@]}" --set memory=ao --set history_len=0 \
+        --expert-noise "$EXPERT_NOISE" --samples step --out "$WORK/data/val-aoh0" > "$LOGS/data-val-aoh0.log" 2>&1 \
+        || stamp "FAILED: val-aoh0 data"; fi &
     if needs va; then spatialrl data sft "${common[@]}" --set memory=va --out "$WORK/data/val-va" \
         > "$LOGS/data-val-va.log" 2>&1 || stamp "FAILED: val-va data"; fi &
   fi
@@ -265,6 +274,7 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
              "${TRAIN_EXTRA[@]}" "${MODEL_ARGS[@]}")
   local task memory val; read -r _ _ task memory _ <<< "$(arm "$name")"
   val=$WORK/data/val-$([ "$task" = virl ] && echo virl || echo "$memory")
+  [ "$(arm "$name" | cut -d' ' -f5)" = aoh0 ] && val=$WORK/data/val-aoh0  # its prompts have no history
   # the image-use curve on held-out data, VAL_SAMPLES per evaluation (VA samples are whole trajectories:
   # fewer, VAL_SAMPLES_VA)
   [ -f "$val/meta.json" ] && sft+=(--data.eval="$val" --eval_loss_every="$VAL_EVERY"
