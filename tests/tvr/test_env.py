@@ -239,3 +239,31 @@ def test_geodesic_distance_option(bench_dir):
     assert geo.pose_distance(geo.target) == 0.0
     with pytest.raises(ValueError, match="distance"):
         TVREnv(bench=bench_dir, distance="manhattan")
+
+
+def test_imitation_diagnostics_count_oracle_agreement_and_repeats(env, bench_dir):
+    """The episode counts answers equal to the oracle's, answers repeating the previous one, and how often
+    the oracle would have repeated it — by hand against the step records."""
+    task = Bench(bench_dir).tasks("eval")[0]
+    obs, info = env.reset(options={"task_id": task["task_id"]})
+    answers = ["Action: RotateLeft", "Action: RotateLeft", "nonsense", info["expert_response"], "Action: RotateLeft"]
+    records = []
+    for a in answers:
+        obs, reward, term, trunc, info = env.step(a)
+        records.append(info["record"])
+        if term or trunc:
+            break
+    # the episode runs on (truncated at the budget) so its summary is read off the running episode
+    summary = env.episode.summary() if not (term or trunc) else info["episode"]
+    actions = [r["action"] for r in records]
+    experts = [r["expert_action"] for r in records]
+    assert summary["oracle_agreements"] == sum(a == e for a, e in zip(actions, experts, strict=True))
+    # a repeat needs a previous parsed action: the step after the unparsable answer has none
+    pairs = [(a, b, e) for a, b, e in zip(actions, actions[1:], experts[1:]) if a is not None]
+    assert actions[2] is None and summary["repeat_chances"] == len(pairs) == len(records) - 2
+    assert summary["repeats"] == sum(b == a for a, b, _ in pairs) >= 1  # the two RotateLefts
+    assert summary["oracle_repeats"] == sum(e == a for a, _, e in pairs)
+    m = summarize([{**summary, "category": "x"}])["overall"]
+    assert m["oracle_agreement"] == summary["oracle_agreements"] / summary["steps"]
+    assert m["repeat_rate"] == summary["repeats"] / summary["repeat_chances"]
+    assert m["oracle_repeat_rate"] == summary["oracle_repeats"] / summary["repeat_chances"]

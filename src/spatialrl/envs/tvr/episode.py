@@ -191,6 +191,10 @@ class Episode:
         self._visited = {start}
         self._counts = dict.fromkeys(("translation", "rotation", "look", "stop", "invalid"), 0)
         self._invalid = self._failed = self._revisits = 0
+        # imitation diagnostics: answers equal to the oracle's; answers that repeat the previous one, and
+        # how often the oracle would have repeated it (a policy far above the oracle copies its history)
+        self._agree = self._repeats = self._oracle_repeats = self._repeat_chances = 0
+        self._last: str | None = None
         self._reward_totals = dict.fromkeys(("step", "format", "progress", "terminal"), 0.0)
         self._stopped = self._success = False
         self.done = False
@@ -220,6 +224,12 @@ class Episode:
         parsed = parse_action(action)
         self.t += 1
         self._counts[action_kind(parsed)] += 1
+        self._agree += parsed == expert
+        if self._last is not None:
+            self._repeat_chances += 1
+            self._repeats += parsed == self._last
+            self._oracle_repeats += expert == self._last
+        self._last = parsed
         r_step, r_progress, r_terminal = -cfg.step_penalty, 0.0, 0.0
         r_format = cfg.format_valid_reward if parsed is not None else -cfg.format_invalid_penalty
         failure = None
@@ -310,6 +320,10 @@ class Episode:
             "failed_actions": self._failed,
             "distinct_cells": len({p.cell for p in self._poses}),
             "revisits": self._revisits,
+            "oracle_agreements": self._agree,
+            "repeats": self._repeats,
+            "oracle_repeats": self._oracle_repeats,
+            "repeat_chances": self._repeat_chances,
             "action_counts": dict(self._counts),
             "reward_totals": dict(self._reward_totals),
             "poses": [list(p) for p in self._poses],

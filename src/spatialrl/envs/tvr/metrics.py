@@ -13,6 +13,11 @@ and unparsable answers included, as TVRBench's ``num_steps = len(actions)``):
 * ``invalid_per_episode`` (unparsable answers), ``distinct_cells`` (cells visited, start included),
   ``revisits`` (moves that land on a pose visited before) — means per episode;
 * ``share_translation|rotation|look|stop|invalid`` — pooled over every step of the category;
+* ``oracle_agreement`` — steps whose answer equals the oracle's action at that state / steps;
+  ``repeat_rate`` — steps after a parsed action that repeat it / those steps,
+  beside ``oracle_repeat_rate``, how often the oracle's action at those states equals the previous action:
+  a policy that repeats far more often than the oracle would copies its history (behaviour cloning's
+  "copycat" shortcut; the built-in AO models of 2026-12-05: 0.62 vs 0.14, docs/training.md);
 * ``response_tokens_per_step`` — total generated tokens / total steps, when records carry
   ``response_tokens`` (the eval runner does).
 
@@ -82,6 +87,14 @@ def summarize_group(records: list[dict[str, Any]]) -> dict[str, float]:
     if pooled:
         for kind in ACTION_KINDS:
             out[f"share_{kind}"] = counts[kind] / pooled
+    with_diag = [r for r in records if "oracle_agreements" in r]
+    diag_steps = sum(_steps(r) for r in with_diag)
+    if diag_steps:
+        out["oracle_agreement"] = sum(int(r["oracle_agreements"]) for r in with_diag) / diag_steps
+    chances = sum(int(r.get("repeat_chances", 0)) for r in with_diag)
+    if chances:
+        out["repeat_rate"] = sum(int(r["repeats"]) for r in with_diag) / chances
+        out["oracle_repeat_rate"] = sum(int(r["oracle_repeats"]) for r in with_diag) / chances
     if any("response_tokens" in r for r in records) and total_steps:
         out["response_tokens_per_step"] = sum(int(r.get("response_tokens") or 0) for r in records) / total_steps
     return out
