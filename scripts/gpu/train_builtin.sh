@@ -15,8 +15,9 @@
 # then, on any machine (the CPU is enough; the weights come back as OUT/<arm>.tar.gz, unpacked into
 # WORK/weights/): STAGE=eval LEARN_BENCH=0 VECTOR_BENCH=0 WORK=... OUT=... bash scripts/gpu/train_builtin.sh
 #
-# The first command builds the data and compiles it for the tensor engine (compile_data.py), then trains
-# until TRAIN_END_S, where SIGTERM pauses each run with a checkpoint (train/run.py); each resume continues
+# The first command builds the data; each arm merges its shards, compiles them for the tensor engine
+# (compile_data.py) and starts training as soon as its own shards are in (the others still building), then
+# trains until TRAIN_END_S, where SIGTERM pauses each run with a checkpoint (train/run.py); each resume continues
 # them (FINAL=0: and leaves them paused) and packs the weights, the last (FINAL=1, the default) ends them
 # at their checkpoint as finished models.
 # Without TOTAL_MIN, STAGE=train trains to the end within the one command (STAGE=all: and evaluates).
@@ -74,7 +75,7 @@ if [ "$SMOKE" = 1 ]; then
   VAL_ROUTES=${VAL_ROUTES:-4}; VAL_EVERY=${VAL_EVERY:-2}; VAL_SAMPLES=${VAL_SAMPLES:-8}; VAL_SAMPLES_VA=${VAL_SAMPLES_VA:-4}
   EVAL_TVR=${EVAL_TVR:-4}; VAL_TVR=${VAL_TVR:-4}; EVAL_VIRL=${EVAL_VIRL:-2}; EVAL_ROUTES=${EVAL_ROUTES:-4}; W=112; H=64; GRID=112
   TRAIN_EXTRA=(--model.path=preset:tiny "--model.preset_overrides={}" --data.num_workers=0 --logging.every=1)
-  BS_VIRL=2; BS_AO=4; BS_VA=2; PROBE_STATES=${PROBE_STATES:-8}; MIN_TRAIN_S=${MIN_TRAIN_S:-10}
+  BS_VIRL=2; BS_AO=4; BS_VA=2; PROBE_STATES=${PROBE_STATES:-8}; MIN_TRAIN_S=${MIN_TRAIN_S:-10}; MIN_COMPILE_S=${MIN_COMPILE_S:-10}
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # the arms' trainers share a few CPU cores: one thread each
   VECTOR_BENCH_ARGS=${VECTOR_BENCH_ARGS:---sizes 112x64 --num-envs 4 --steps 16 --repeats 1 --scenes 1}
 else
@@ -145,44 +146,55 @@ if [ "$STAGE" != resume ] && [ "$STAGE" != fit ]; then  # EGL renders, batch fra
 fi
 
 # ------------------------------------------------------------------------------------------- train
+settle() {  # kind k: that shard's data command has ended (written or failed): what a pipelined arm waits for
+  touch "$WORK/data/.settled-$1-$2"
+}
+shards_settled() {  # arm: have all shards of all its kinds settled?
+  local kind n
+  for kind in $(arm "$1" | cut -d' ' -f5-); do
+    case $kind in virl|vpre) n=$NCITY ;; *) n=$NBENCH ;; esac
+    [ "$(find "$WORK/data" -maxdepth 1 -name ".settled-$kind-*" | wc -l)" -ge "$n" ] || return 1
+  done
+}
 virl_shard() {  # k: a metro city of seed 100+k and its expert episodes
   local k=$1 city=$WORK/data/city-$((SEED0 + k))
   [ -f "$city/route_infos.json" ] || make_city metro "$CITY_ROUTES" $((SEED0 + k)) "$city" > "$LOGS/city-$k.log" 2>&1 \
-    || { stamp "FAILED: city $k"; return; }
+    || { stamp "FAILED: city $k"; settle virl "$k"; settle vpre "$k"; return; }
   spatialrl data sft --task virl --data "$city" --split in-dist --set episodes="$VIRL_EPISODES" --set seed=$((10 * SEED0 + k)) \
     --set grid_size=$GRID --expert-noise "$VIRL_NOISE" --seed $((10 * SEED0 + k)) \
     --out "$WORK/data/virl-$k" --overwrite --batch-size 32 > "$LOGS/data-virl-$k.log" 2>&1 \
     || stamp "FAILED: virl data $k"
+  settle virl "$k"
   # simulator-labelled destination questions on the same city (have I reached X? which view shows X?):
   # the stop at the destination is the decision the street view alone can make (docs/virl.md)
   if needs vpre; then spatialrl virl pretrain-data --data "$city" --pairs "$VPRE_PAIRS" --seed $((10 * SEED0 + k)) \
       --set grid_size=$GRID --out "$WORK/data/vpre-$k" --overwrite > "$LOGS/data-vpre-$k.log" 2>&1 \
-      || stamp "FAILED: vpre data $k"; fi
+      || stamp "FAILED: vpre data $k"; settle vpre "$k"; fi
 }
 tvr_shard() {  # k: a bench of seed 100+k (sft split only), its AO (noisy expert) and VA data
   local k=$1 bench=$WORK/data/bench-$((SEED0 + k))
   [ -f "$bench/bench.json" ] || spatialrl tvr make-bench --out "$bench" --seed $((SEED0 + k)) --overwrite \
       --sizes "eval=0,sft=$TVR_SFT,rl=0,diag_rotate=0,diag_move=0" --scenes "sft=$TVR_SCENES,eval=0,rl=0" \
-      > "$LOGS/bench-$k.log" 2>&1 || { stamp "FAILED: bench $k"; return; }
+      > "$LOGS/bench-$k.log" 2>&1 || { stamp "FAILED: bench $k"; for x in ao va aoall pre dag aoh0; do settle $x "$k"; done; return; }
   local common=(--task tvr --data "$bench" --split sft --set width=$W --set height=$H --batch-size 32 --overwrite)
   local noisy=("${common[@]}" --set memory=ao --expert-noise "$EXPERT_NOISE" --samples step)
   if needs aoall; then spatialrl data sft "${noisy[@]}" --labels all_optimal --out "$WORK/data/aoall-$k" \
-      > "$LOGS/data-aoall-$k.log" 2>&1 || stamp "FAILED: aoall data $k"; fi &
+      > "$LOGS/data-aoall-$k.log" 2>&1 || stamp "FAILED: aoall data $k"; settle aoall "$k"; fi &
   if needs pre; then spatialrl tvr pretrain-data --data "$bench" --split sft --pairs "$PRE_PAIRS" --seed $((SEED0 + k)) \
       --set width=$W --set height=$H --out "$WORK/data/pre-$k" --overwrite > "$LOGS/data-pre-$k.log" 2>&1 \
-      || stamp "FAILED: pre data $k"; fi &
+      || stamp "FAILED: pre data $k"; settle pre "$k"; fi &
   if needs dag; then spatialrl data sft "${common[@]}" --set memory=ao --samples step --roll-in "$DAGGER_AGENT" \
       --roll-in-beta "$DAGGER_BETA" --episodes "$DAGGER_EPISODES" --seed $((SEED0 + k)) --keep-failed \
-      --out "$WORK/data/dag-$k" > "$LOGS/data-dag-$k.log" 2>&1 || stamp "FAILED: dag data $k"; fi &
+      --out "$WORK/data/dag-$k" > "$LOGS/data-dag-$k.log" 2>&1 || stamp "FAILED: dag data $k"; settle dag "$k"; fi &
   # memoryless prompts (history_len=0, recorded in the model's eval settings): with the last actions in the
   # prompt the AO models repeated their previous action 61-63% of the time where the oracle would 14-16%
   # (the copycat shortcut); without them only the frames tell the states apart
   if needs aoh0; then spatialrl data sft "${noisy[@]}" --set history_len=0 --labels all_optimal --out "$WORK/data/aoh0-$k" \
-      > "$LOGS/data-aoh0-$k.log" 2>&1 || stamp "FAILED: aoh0 data $k"; fi &
+      > "$LOGS/data-aoh0-$k.log" 2>&1 || stamp "FAILED: aoh0 data $k"; settle aoh0 "$k"; fi &
   if needs ao; then spatialrl data sft "${noisy[@]}" --out "$WORK/data/ao-$k" > "$LOGS/data-ao-$k.log" 2>&1 \
-      || stamp "FAILED: ao data $k"; fi
+      || stamp "FAILED: ao data $k"; settle ao "$k"; fi
   if needs va; then spatialrl data sft "${common[@]}" --set memory=va --out "$WORK/data/va-$k" \
-      > "$LOGS/data-va-$k.log" 2>&1 || stamp "FAILED: va data $k"; fi
+      > "$LOGS/data-va-$k.log" 2>&1 || stamp "FAILED: va data $k"; settle va "$k"; fi &
   wait
 }
 val_data() {  # held-out SFT data for the trainers' image-use curve (heldout/loss, heldout/image_swap_gap
@@ -373,6 +385,23 @@ if scores:
         f"{a} {v['success_rate']:.3f} ({v['episodes']} eps)" for a, v in scores.items()))
 PY
 }
+stage_train() {  # data and fit at once: each arm merges, compiles and starts training as soon as its own
+                # shards are in, while the other data is still being built (2026-12-05, fifth session: the
+                # data took 530 s of the first command's 590 and the compiles, cut, took ~4 minutes of the
+                # second; V-IRL's shards are in at ~220 s, the action-only ones at ~270 s)
+  rm -f "$WORK"/data/.settled-*
+  stage_data &
+  local a
+  for a in $ARMS; do
+    ( until shards_settled "$a"; do sleep 5; done
+      merge "$a"
+      # a compile cut by the command's timeout would run on, orphaned, beside the next command's trainer
+      if [ $(( TRAIN_END_S - $(elapsed) )) -ge "${MIN_COMPILE_S:-240}" ]; then compile_arm "$a"
+      else stamp "compile $a: not started, too close to TRAIN_END_S (the trainer compiles on its start)"; fi
+      set -- $(arm "$a"); train "$a" "$1" "$2" ) &
+  done
+  wait  # (the held-out eval data is built by the next command, STAGE=resume, beside its trainers)
+}
 stage_fit() {  # merge each arm's shards (not when resuming), train the arms side by side (eval data
               # built meanwhile); each arm packs its weights as it stops
   local a
@@ -464,7 +493,7 @@ case "$STAGE" in
   data) stage_data ;;
   fit) stage_fit ;;
   resume) RESUME=1; stage_fit ;;
-  train) stage_data; stage_fit ;;
+  train) stage_train ;;
   eval) stage_eval ;;
   all) stage_data; stage_fit; stage_eval ;;
   *) echo "STAGE must be data, fit, resume, train, eval or all" >&2; exit 2 ;;
