@@ -1,11 +1,14 @@
 """TVR vector env speed: one ``TVREnv`` vs ``TVRVectorEnv`` of N envs, side by side in one run (issue 21).
 
     python benchmarks/tvr_vector_speed.py [--sizes 640x360 280x168] [--num-envs 1 4 16 64 256] [--steps 1000]
+        [--readback sync pbo]
 
 Cache off (``cache_mb=0``: every observation rendered), random valid non-Stop answers, so episodes end by
 budget and resets (start + target frame) are part of the rate, as in ``tvr_env_speed.py``. Both envs draw
 their tasks at random from the same pool (single- and multi-room houses cost differently per frame, so
 ``--steps`` should cover many episodes); the vector env autoresets (next step).
+``--readback`` lists the renderer's readback modes to measure for every vector row (``sync``: wait for each
+chunk of frames; ``pbo``: asynchronous pixel-buffer readback overlapping the next chunk's draws), side by side.
 ``steps_per_s`` counts env steps (a vector step of N envs is N steps). The 2-core VM is shared with other
 jobs, so every row is measured ``--repeats`` times, interleaved (single, N=1, N=4, ... then again), and
 the row holds the median with every sample and the best; beside the wall-clock rate it holds CPU ms per
@@ -13,7 +16,7 @@ step (all threads of this process, llvmpipe's included), ``cores_used`` = CPU se
 much of the 2 cores the env kept busy; llvmpipe spreads even one frame over its rasterizer threads) and the 1-minute load average.
 
 Writes ``benchmarks/results/tvr_vector_speed-<machine>.json``: rows ``{device, width, height, num_envs,
-steps_per_s, env, cpu_ms_per_step, load_1m}``, machine, date, commit, and the host memory of the vector
+steps_per_s, env, readback, cpu_ms_per_step, load_1m}`` (the single env's readback is always ``sync``), machine, date, commit, and the host memory of the vector
 env's frame buffers per 1,000 envs (on a GPU machine the GL framebuffers add ``MAX_BATCH_PIXELS`` worth).
 """
 
@@ -54,9 +57,10 @@ def single_rate(bench_dir: Path, w: int, h: int, ids: list[str], n_steps: int, s
     return n_steps / wall, 1000 * cpu / n_steps
 
 
-def vector_rate(bench_dir: Path, w: int, h: int, n: int, n_steps: int, seed: int) -> tuple[float, float]:
+def vector_rate(bench_dir: Path, w: int, h: int, n: int, n_steps: int, seed: int,
+                readback: str = "sync") -> tuple[float, float]:
     """(env steps/s, CPU ms/env step) of a TVRVectorEnv of ``n`` envs, cache off, after a warm-up."""
-    env = TVRVectorEnv(n, bench=bench_dir, split="eval", width=w, height=h, cache_mb=0)
+    env = TVRVectorEnv(n, bench=bench_dir, split="eval", width=w, height=h, cache_mb=0, readback=readback)
     rng = np.random.default_rng(seed)
     obs, infos = env.reset(seed=seed)
 
@@ -74,7 +78,8 @@ def vector_rate(bench_dir: Path, w: int, h: int, n: int, n_steps: int, seed: int
     return vec_steps * n / wall, 1000 * cpu / (vec_steps * n)
 
 
-def profile_row(bench_dir: Path, w: int, h: int, n: int, n_steps: int, out: Path, tag: str, device: str) -> None:
+def profile_row(bench_dir: Path, w: int, h: int, n: int, n_steps: int, out: Path, tag: str, device: str,
+                readback: str = "sync") -> None:
     """Where a vector row's host time goes (issue 21: on the H200 every step cost 1.4 CPU ms at 640x360
     and the GPU waited): cProfile of ``vector_rate``, the top functions by own time, as text."""
     import cProfile
@@ -82,9 +87,9 @@ def profile_row(bench_dir: Path, w: int, h: int, n: int, n_steps: int, out: Path
     import pstats
 
     prof = cProfile.Profile()
-    rate, cpu_ms = prof.runcall(vector_rate, bench_dir, w, h, n, n_steps, 3)
+    rate, cpu_ms = prof.runcall(vector_rate, bench_dir, w, h, n, n_steps, 3, readback)
     text = io.StringIO()
-    text.write(f"tvr_vector_speed --profile: {w}x{h} N={n}, {device}, {machine()}, commit {git_commit()}, "
+    text.write(f"tvr_vector_speed --profile: {w}x{h} N={n}, readback {readback}, {device}, {machine()}, commit {git_commit()}, "
                f"{dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}\n"
                f"under cProfile: {rate:.0f} env steps/s, {cpu_ms:.2f} CPU ms/step (setup and warm-up included below)\n")
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(40)
@@ -101,6 +106,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1000, help="env steps measured per row (at least 4 vector steps)")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions per row (median reported)")
     ap.add_argument("--scenes", type=int, default=4, help="eval scenes per family (single- and multi-room)")
+    ap.add_argument("--readback", nargs="+", default=["sync"], choices=["sync", "pbo"],
+                    help="renderer readback modes measured for every vector row, side by side (--profile uses the first)")
     ap.add_argument("--tag", default="", help="suffix of the results file name (e.g. quiet)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also run the vector env of N envs at the first size under cProfile (after the rows) and "
@@ -124,32 +131,34 @@ def main() -> None:
 
         device = render_service(*sizes[0], cache_mb=0).backend.renderer.device_name
 
-        def measure(env: str, w: int, h: int, n: int) -> tuple[float, float]:
+        def measure(env: str, w: int, h: int, n: int, readback: str) -> tuple[float, float]:
             if env == "single":
                 return single_rate(bench_dir, w, h, ids, args.steps, seed=1)
-            return vector_rate(bench_dir, w, h, n, args.steps, seed=2)
+            return vector_rate(bench_dir, w, h, n, args.steps, seed=2, readback=readback)
 
         for w, h in sizes:
-            configs = [("single", 1)] + [("vector", n) for n in args.num_envs]
-            samples: dict[tuple[str, int], list[tuple[float, float, float]]] = {c: [] for c in configs}
+            configs = [("single", 1, "sync")] + [("vector", n, mode) for n in args.num_envs for mode in args.readback]
+            samples: dict[tuple[str, int, str], list[tuple[float, float, float]]] = {c: [] for c in configs}
             for _ in range(args.repeats):
-                for env, n in configs:
-                    rate, cpu_ms = measure(env, w, h, n)
-                    samples[(env, n)].append((rate, cpu_ms, os.getloadavg()[0]))
-            for env, n in configs:
-                rates = [x[0] for x in samples[(env, n)]]
+                for env, n, mode in configs:
+                    rate, cpu_ms = measure(env, w, h, n, mode)
+                    samples[(env, n, mode)].append((rate, cpu_ms, os.getloadavg()[0]))
+            for env, n, mode in configs:
+                got = samples[(env, n, mode)]
+                rates = [x[0] for x in got]
                 row = {"device": device, "width": w, "height": h, "num_envs": n, "steps_per_s": float(np.median(rates)),
-                       "env": env, "cpu_ms_per_step": float(np.median([x[1] for x in samples[(env, n)]])),
-                       "load_1m": float(np.median([x[2] for x in samples[(env, n)]])), "samples_steps_per_s": rates,
+                       "env": env, "readback": mode, "cpu_ms_per_step": float(np.median([x[1] for x in got])),
+                       "load_1m": float(np.median([x[2] for x in got])), "samples_steps_per_s": rates,
                        "best_steps_per_s": max(rates),
-                       "cores_used": float(np.median([x[0] * x[1] / 1000 for x in samples[(env, n)]]))}
+                       "cores_used": float(np.median([x[0] * x[1] / 1000 for x in got]))}
                 rows.append(row)
-                print(f"  {w}x{h} {env:<6} N={n:<4} {row['steps_per_s']:8.1f} steps/s (median of "
+                print(f"  {w}x{h} {env:<6} N={n:<4} {mode:<4} {row['steps_per_s']:8.1f} steps/s (median of "
                       f"{', '.join(f'{r:.0f}' for r in rates)})  {row['cpu_ms_per_step']:6.2f} CPU ms/step  "
                       f"{row['cores_used']:.2f} cores  "
                       f"load {row['load_1m']:.1f}", flush=True)
         if args.profile:
-            profile_row(bench_dir, *sizes[0], args.profile, args.steps, Path(args.out), args.tag, device)
+            profile_row(bench_dir, *sizes[0], args.profile, args.steps, Path(args.out), args.tag, device,
+                        args.readback[0])
     result = {
         "benchmark": "tvr_vector_speed",
         "machine": machine(),
@@ -157,6 +166,7 @@ def main() -> None:
         "git_commit": git_commit(),
         "device": device,
         "cache": "off",
+        "readback_modes": args.readback,
         "bench": {"eval_tasks": len(ids), "houses": 2 * args.scenes},
         "vector_buffers_mb_per_1000_envs": {f"{w}x{h}": 2 * w * h * 3 * 1000 / 2**20 for w, h in sizes},
         "rows": rows,

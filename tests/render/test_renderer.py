@@ -138,6 +138,57 @@ def test_one_readback_per_chunk_and_both_read_paths_agree(monkeypatch):
     assert np.array_equal(frames[True][0], frames[False][0]) and np.array_equal(frames[True][1], frames[False][1])
 
 
+@pytest.mark.parametrize("size", [(40, 30), (64, 48)])
+def test_pbo_readback_equals_sync(size, monkeypatch):
+    """``readback="pbo"`` (chunk k copied into a pixel pack buffer while chunk k+1 is drawn) returns the
+    bytes of ``"sync"``: colour and ids, into new arrays and into a list of frame views, over several
+    chunks of which the last is partial (5 frames a chunk, 36 cameras), with the per-call override, and
+    with the layer-by-layer ``glReadPixels`` fallback writing into the pack buffer."""
+    from spatialrl.render import layers
+
+    w, h = size
+    meshes = _boxes(((0, 1.5, 3), (0.5, 0.5, 0.5), RED, 1), ((2, 1, 2), (1, 2, 0.5), GREEN, 2),
+                    ((0, 0, 0), (8, 0.1, 8), (0.5, 0.5, 0.5), 0))
+    cams = [Camera(EYE, yaw, pitch) for yaw in range(0, 360, 30) for pitch in (-30, 0, 30)]
+    monkeypatch.setattr(renderer_module, "MAX_BATCH_PIXELS", w * h * 5)
+    reads: list[int] = []
+    read_async = layers.LayerTarget.read_async
+
+    def counting(self, n):
+        reads.append(n)
+        return read_async(self, n)
+
+    monkeypatch.setattr(layers.LayerTarget, "read_async", counting)
+    frames = {}
+    for mode, sub_image in (("sync", True), ("pbo", True), ("pbo", False)):
+        monkeypatch.setattr(layers, "can_read_sub_image", lambda ctx, s=sub_image: s)
+        with Renderer(w, h, readback=mode) as r:
+            scene = r.upload(meshes)
+            views = [np.full((h, w, 3), 7, np.uint8) for _ in cams]
+            reads.clear()
+            got = frames[mode, sub_image] = (r.render(scene, cams), r.render_ids(scene, cams),
+                                             np.stack(r.render_batch([(scene, c) for c in cams], views)))
+            assert reads == ([5] * 7 + [1]) * 3 if mode == "pbo" else not reads
+            other = "sync" if mode == "pbo" else "pbo"  # render_batch's readback overrides the renderer's
+            assert np.array_equal(r.render_batch([(scene, c) for c in cams], readback=other), got[0])
+    sync = frames["sync", True]
+    for key in (("pbo", True), ("pbo", False)):
+        for a, b in zip(sync, frames[key], strict=True):
+            assert a.dtype == b.dtype and np.array_equal(a, b), key
+    assert np.array_equal(sync[0], sync[2])
+    assert len(np.unique(sync[0].reshape(-1, 3), axis=0)) > 3  # real pictures, not a cleared screen
+
+
+def test_bad_readback_raises(renderer):
+    for bad in ("async", "PBO", None, 1):
+        with pytest.raises(ValueError, match="readback must be one of 'sync', 'pbo'"):
+            Renderer(16, 16, readback=bad)
+    scene = renderer.upload(_boxes(((0, 1.5, 3), (0.5, 0.5, 0.5), RED, 1)))
+    with pytest.raises(ValueError, match="readback must be one of"):
+        renderer.render_batch([(scene, Camera(EYE, 0, 0))], readback="gpu")
+    renderer.release(scene)
+
+
 def test_faces_differ_by_orientation(renderer):
     """Lighting: two walls meeting at a corner get different brightness."""
     b = MeshBuilder()

@@ -167,6 +167,36 @@ def test_render_batch_over_scenes_equals_single_renders(bench_dir):
         backend.renderer.render_batch(items, np.zeros((1, H, W, 3), np.uint8))
 
 
+@pytest.mark.parametrize("size", [(W, H), (64, 36)])
+def test_pbo_readback_gives_the_same_frames(bench_dir, size, monkeypatch):
+    """``readback="pbo"`` vs ``"sync"``: same observations, target images and infos, step by step, with
+    chunks of 2 frames, so a step's 5 frames (and a reset's 10) take several chunks, the last partial."""
+    from spatialrl.render import layers
+    from spatialrl.render import renderer as renderer_module
+
+    w, h = size
+    monkeypatch.setattr(renderer_module, "MAX_BATCH_PIXELS", w * h * 2)
+    reads: list[int] = []
+    read_async = layers.LayerTarget.read_async
+    monkeypatch.setattr(layers.LayerTarget, "read_async", lambda self, n: reads.append(n) or read_async(self, n))
+    kw = {**KW, "width": w, "height": h}
+    sync = TVRVectorEnv(N, bench=bench_dir, readback="sync", **kw)
+    pbo = TVRVectorEnv(N, bench=bench_dir, readback="pbo", **kw)
+    assert_same(sync.reset(seed=7), pbo.reset(seed=7), "reset")
+    assert reads == [2] * 5  # the reset's 10 frames: target and start view per env
+    rng = np.random.default_rng(7)
+    infos = sync.reset(seed=8)[1]
+    pbo.reset(seed=8)
+    for t in range(8):
+        actions = pick_actions(infos, rng)
+        out_s, out_p = sync.step(actions), pbo.step(actions)
+        assert_same(out_s, out_p, f"step {t}")
+        infos = out_s[4]
+    assert 1 in reads and len(reads) >= 3 * 10  # 2 resets + 8 steps of >= 5 frames: >= 3 chunks each
+    sync.close()
+    pbo.close()
+
+
 def test_errors(bench_dir):
     vec = TVRVectorEnv(N, bench=bench_dir, **KW)
     ids = [t["task_id"] for t in Bench(bench_dir).tasks("eval")]
@@ -179,6 +209,8 @@ def test_errors(bench_dir):
         TVRVectorEnv(0, bench=bench_dir, **KW)
     with pytest.raises(ValueError, match="autoreset_mode"):
         TVRVectorEnv(2, bench=bench_dir, autoreset_mode="Sometimes", **KW)
+    with pytest.raises(ValueError, match="TVRVectorEnv readback must be one of 'sync', 'pbo', got 'async'"):
+        TVRVectorEnv(2, bench=bench_dir, readback="async", **KW)
     with pytest.raises(RuntimeError, match="never reset"):
         TVRVectorEnv(2, bench=bench_dir, **KW).step(["Action: Stop"] * 2)
 

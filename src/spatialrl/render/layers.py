@@ -11,12 +11,25 @@ size, viewport and state of a frame drawn alone, so it is bit-identical whatever
 the whole chunk comes back in one ``glGetTextureSubImage`` call (GL 4.5, or ARB_get_texture_sub_image)
 instead of one ``glReadPixels`` per frame: one wait on the GL pipeline and one transfer per chunk. Where
 that call is missing the layers are read one by one (``glReadPixels``), same pixels.
+
+Two ways to read a chunk back (``READBACK_MODES``, the renderer's ``readback`` option):
+
+- ``"sync"`` (:meth:`LayerTarget.read`): the pixels go straight into a host array; the call returns when
+  the chunk's draws are done and the pixels copied, so the CPU waits for the GPU once per chunk.
+- ``"pbo"`` (:meth:`LayerTarget.read_async`): the pixels go into one of two pixel pack buffers (GL buffer
+  objects the driver fills on its own time) and the call returns at once; the renderer issues the next
+  chunk's draws before mapping this chunk's buffer (:meth:`PendingRead.mapped`), so the GPU finishes and
+  copies chunk k while the CPU works on chunk k+1. Two buffers, because chunk k's buffer is still mapped
+  (being converted) when chunk k+1's copy is queued. Same bytes as ``"sync"``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,8 +47,13 @@ GL_NEAREST = 0x2600
 GL_RGBA = 0x1908
 GL_UNSIGNED_BYTE = 0x1401
 GL_PACK_ALIGNMENT = 0x0D05
+GL_PIXEL_PACK_BUFFER = 0x88EB
+GL_STREAM_READ = 0x88E1
+GL_MAP_READ_BIT = 0x0001
 
-_U, _I, _F, _P = ctypes.c_uint, ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+READBACK_MODES = ("sync", "pbo")
+
+_U, _I, _F, _P, _S = ctypes.c_uint, ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_ssize_t
 _SIGNATURES: dict[str, tuple[Any, ...]] = {
     "glGenFramebuffers": (None, _I, ctypes.POINTER(_U)),
     "glDeleteFramebuffers": (None, _I, ctypes.POINTER(_U)),
@@ -51,6 +69,13 @@ _SIGNATURES: dict[str, tuple[Any, ...]] = {
     "glPixelStorei": (None, _U, _I),
     "glReadPixels": (None, _I, _I, _I, _I, _U, _U, _P),
     "glGetTextureSubImage": (None, _U, _I, _I, _I, _I, _I, _I, _I, _U, _U, _I, _P),
+    "glFlush": (None,),
+    "glGenBuffers": (None, _I, ctypes.POINTER(_U)),
+    "glDeleteBuffers": (None, _I, ctypes.POINTER(_U)),
+    "glBindBuffer": (None, _U, _U),
+    "glBufferData": (None, _U, _S, _P, _U),
+    "glMapBufferRange": (_P, _U, _S, _S, _U),
+    "glUnmapBuffer": (ctypes.c_ubyte, _U),
 }
 
 
@@ -80,6 +105,13 @@ def gl() -> _GL:
     return _gl
 
 
+def check_readback(value: object, owner: str = "Renderer") -> str:
+    """``value`` if it names a readback mode (``READBACK_MODES``), else a ValueError that lists them."""
+    if not isinstance(value, str) or value not in READBACK_MODES:
+        raise ValueError(f"{owner} readback must be one of {', '.join(map(repr, READBACK_MODES))}, got {value!r}")
+    return value
+
+
 def can_read_sub_image(ctx: Any) -> bool:
     """Whether ``ctx`` has ``glGetTextureSubImage`` (GL 4.5 or ARB_get_texture_sub_image)."""
     return gl().glGetTextureSubImage is not None and (
@@ -94,6 +126,8 @@ class LayerTarget:
         self.ctx, self.w, self.h, self.layers = ctx, w, h, layers
         self.sub_image = can_read_sub_image(ctx)
         self._scratch: np.ndarray | None = None
+        self._packs: list[int] = []  # the two pixel pack buffers of read_async, made on its first call
+        self._next_pack = 0
         self.texture = ctx.texture_array((w, h, layers), 4)
         self.depth = [ctx.depth_renderbuffer((w, h)) for _ in range(layers)]
         self.msaa = [ctx.framebuffer(ctx.renderbuffer((w, h), 4, samples=samples),
@@ -149,19 +183,48 @@ class LayerTarget:
         return self._scratch
 
     def read(self, n: int, out: np.ndarray) -> None:
-        """Frames ``0..n-1`` into ``out`` ((>= n, h, w, 4) uint8, C-contiguous): one call for all of them."""
+        """Frames ``0..n-1`` into ``out`` ((>= n, h, w, 4) uint8, C-contiguous): one call for all of them,
+        which returns once the pixels are there (readback ``"sync"``)."""
         assert out.dtype == np.uint8 and out.flags.c_contiguous and out.shape[1:] == (self.h, self.w, 4)
         assert 0 < n <= min(self.layers, len(out))
+        self._read_to(n, out.ctypes.data)
+
+    def read_async(self, n: int) -> PendingRead:
+        """Queue frames ``0..n-1`` for copying into the next pixel pack buffer and return without waiting
+        (readback ``"pbo"``); the pixels are the returned read's, once mapped. The layers may be drawn
+        again at once: GL orders the copy before later draws."""
+        assert 0 < n <= self.layers
+        g = gl()
+        if not self._packs:
+            names = (_U * 2)()
+            g.glGenBuffers(2, names)
+            self._packs = list(names)
+            for buf in self._packs:  # STREAM_READ: written by the GL, read once by the host
+                g.glBindBuffer(GL_PIXEL_PACK_BUFFER, buf)
+                g.glBufferData(GL_PIXEL_PACK_BUFFER, self.layers * self.h * self.w * 4, None, GL_STREAM_READ)
+        buf = self._packs[self._next_pack]
+        self._next_pack ^= 1
+        g.glBindBuffer(GL_PIXEL_PACK_BUFFER, buf)
+        try:
+            self._read_to(n, 0)  # with a pack buffer bound, the "pointer" is an offset into it
+        finally:
+            g.glBindBuffer(GL_PIXEL_PACK_BUFFER, 0)  # moderngl's own reads expect none bound
+        g.glFlush()  # start the GPU on this chunk now, not when the driver's command buffer fills
+        return PendingRead(self, buf, n)
+
+    def _read_to(self, n: int, address: int) -> None:
+        """The one readback of frames ``0..n-1``: to host memory at ``address``, or, with a pixel pack
+        buffer bound, to that offset in the buffer."""
         g = gl()
         g.glPixelStorei(GL_PACK_ALIGNMENT, 1)
         size = self.w * self.h * 4
         if self.sub_image:
             g.glGetTextureSubImage(self.texture.glo, 0, 0, 0, 0, self.w, self.h, n, GL_RGBA, GL_UNSIGNED_BYTE,
-                                   n * size, out.ctypes.data)
+                                   n * size, address)
         else:
             for i in range(n):
                 g.glBindFramebuffer(GL_READ_FRAMEBUFFER, self.fbos[i])
-                g.glReadPixels(0, 0, self.w, self.h, GL_RGBA, GL_UNSIGNED_BYTE, out.ctypes.data + i * size)
+                g.glReadPixels(0, 0, self.w, self.h, GL_RGBA, GL_UNSIGNED_BYTE, address + i * size)
             g.glBindFramebuffer(GL_FRAMEBUFFER, 0)
 
     def release(self) -> None:
@@ -169,6 +232,9 @@ class LayerTarget:
             names = (_U * len(self.fbos))(*self.fbos)
             gl().glDeleteFramebuffers(len(self.fbos), names)
             self.fbos = []
+        if self._packs:
+            gl().glDeleteBuffers(2, (_U * 2)(*self._packs))
+            self._packs = []
         for obj in [self.texture, *self.depth, *(m for m in self.msaa if m is not None)]:
             if obj is None:
                 continue
@@ -178,3 +244,33 @@ class LayerTarget:
                         att.release()
             obj.release()
         self.depth, self.msaa, self.texture = [], [], None
+
+
+@dataclass(frozen=True)
+class PendingRead:
+    """A chunk queued by :meth:`LayerTarget.read_async`: ``n`` frames on their way into pack buffer ``buffer``."""
+
+    target: LayerTarget
+    buffer: int
+    n: int
+
+    @contextlib.contextmanager
+    def mapped(self) -> Iterator[np.ndarray]:
+        """The frames as a read-only (n, h, w, 4) uint8 view of the mapped buffer (mapping waits for the
+        copy). The view is valid inside the ``with`` only: the buffer is unmapped on exit, and its memory
+        is the driver's, so convert from it there rather than copy it out first."""
+        t, g = self.target, gl()
+        size = self.n * t.h * t.w * 4
+        g.glBindBuffer(GL_PIXEL_PACK_BUFFER, self.buffer)
+        address = g.glMapBufferRange(GL_PIXEL_PACK_BUFFER, 0, size, GL_MAP_READ_BIT)
+        g.glBindBuffer(GL_PIXEL_PACK_BUFFER, 0)
+        if not address:
+            raise RuntimeError(f"glMapBufferRange gave no pointer for a {size}-byte pixel pack buffer")
+        try:
+            frames = np.frombuffer((ctypes.c_uint8 * size).from_address(address), np.uint8)
+            frames.flags.writeable = False
+            yield frames.reshape(self.n, t.h, t.w, 4)
+        finally:
+            g.glBindBuffer(GL_PIXEL_PACK_BUFFER, self.buffer)
+            g.glUnmapBuffer(GL_PIXEL_PACK_BUFFER)
+            g.glBindBuffer(GL_PIXEL_PACK_BUFFER, 0)

@@ -8,7 +8,8 @@ Why it is shaped like this (llvmpipe on 2 CPU cores is the slow case we design f
 - all textures live in one texture array (a layer per texture), so switching textures costs nothing;
 - a batch of cameras is drawn into the layers of one texture array (a full-size surface per camera, so
   a frame does not depend on its slot in the batch) and read back in one call per chunk, so the GL
-  pipeline is waited on once per chunk, not once per camera (``render/layers.py``);
+  pipeline is waited on once per chunk, not once per camera (``render/layers.py``); with
+  ``readback="pbo"`` not even that: a chunk's pixels travel while the next chunk is drawn;
 - instance ids come from a second, untextured pass that writes the id as 24-bit colour.
 """
 
@@ -28,7 +29,7 @@ from spatialrl.render import equirect as _equirect
 from spatialrl.render import shaders
 from spatialrl.render.camera import Camera
 from spatialrl.render.context import create_egl_context
-from spatialrl.render.layers import LayerTarget
+from spatialrl.render.layers import LayerTarget, PendingRead, check_readback
 from spatialrl.render.mesh import Mesh
 
 MAX_BATCH_PIXELS = 1 << 23  # frames drawn per readback (36 of 640x360): bounds the layer target's memory
@@ -133,10 +134,13 @@ class Renderer:
     ``smooth_textures`` samples textures trilinearly from mipmaps; the default is plain bilinear
     sampling, ~15-30% cheaper per frame on llvmpipe (choosing a mip level per pixel is what costs)
     at the price of some shimmer on distant floors.
+    ``readback`` is how chunks of frames come back to the host: ``"sync"`` (default) waits for each
+    chunk; ``"pbo"`` reads each chunk into a GL pixel buffer and picks it up after issuing the next
+    chunk's draws, so the wait overlaps drawing (for GPUs; same pixels; see ``render/layers.py``).
     """
 
     def __init__(self, width: int, height: int, *, device: int | None = None, samples: int = 0,
-                 cull: bool = True, smooth_textures: bool = False):
+                 cull: bool = True, smooth_textures: bool = False, readback: str = "sync"):
         self.width = _check_size(width, "width")
         self.height = _check_size(height, "height")
         if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
@@ -144,6 +148,7 @@ class Renderer:
         self.samples = samples
         self.cull = bool(cull)
         self.smooth_textures = bool(smooth_textures)
+        self.readback = check_readback(readback)
         self._targets: dict[tuple, LayerTarget] = {}
         self._scenes: list[Scene] = []
         self.ctx = create_egl_context(device)
@@ -234,8 +239,8 @@ class Renderer:
         """Instance-id frames, (N, H, W) int32; 0 = structure or background."""
         return self._render(scene, cameras, self.width, self.height, ids=True)
 
-    def render_batch(self, items: Sequence[tuple[Scene, Camera]], out: np.ndarray | Sequence[np.ndarray] | None = None
-                     ) -> np.ndarray | Sequence[np.ndarray]:
+    def render_batch(self, items: Sequence[tuple[Scene, Camera]], out: np.ndarray | Sequence[np.ndarray] | None = None,
+                     readback: str | None = None) -> np.ndarray | Sequence[np.ndarray]:
         """Colour frames of ``(scene, camera)`` pairs over *many* scenes, in as few passes as possible.
 
         Every frame of a chunk (up to ``MAX_BATCH_PIXELS``: 36 frames at 640x360, 178 at 280x168) is
@@ -244,8 +249,10 @@ class Renderer:
         texture bind. A frame is bit-identical to ``render(scene, [camera])`` (same surface size, same
         state, same draw order).
         ``out``: an (N, H, W, 3) uint8 array or N such (H, W, 3) C-contiguous views to write into
-        (e.g. slots of an observation buffer); returned. Default: a new (N, H, W, 3) array."""
+        (e.g. slots of an observation buffer); returned. Default: a new (N, H, W, 3) array.
+        ``readback``: ``"sync"`` or ``"pbo"`` for this call (default: the renderer's ``readback``)."""
         self._check_open()
+        readback = self.readback if readback is None else check_readback(readback)
         items = list(items)
         for i, item in enumerate(items):
             if not (isinstance(item, tuple) and len(item) == 2):
@@ -262,10 +269,7 @@ class Renderer:
             if dest.shape != (h, w, 3) or dest.dtype != np.uint8 or not dest.flags.c_contiguous:
                 raise ValueError(f"out[{i}] must be a C-contiguous ({h}, {w}, 3) uint8 array, got "
                                  f"{dest.dtype} {dest.shape}")
-        per_chunk = max(1, MAX_BATCH_PIXELS // (w * h))
-        for start in range(0, len(items), per_chunk):
-            stop = start + per_chunk
-            self._draw_batch(scenes[start:stop], cameras[start:stop], w, h, False, out[start:stop])
+        self._render_chunks(scenes, cameras, w, h, False, out, readback)
         return out
 
     def render_equirect(self, scene: Scene, position: Sequence[float], width: int = 1024, height: int = 512,
@@ -306,11 +310,8 @@ class Renderer:
         self._check_scene(scene)
         cameras = self._check_cameras(cameras)
         n = len(cameras)
-        per_chunk = max(1, MAX_BATCH_PIXELS // (w * h))
         out = np.empty((n, h, w), np.int32) if ids else np.empty((n, h, w, 3), np.uint8)
-        for start in range(0, n, per_chunk):
-            chunk = cameras[start:start + per_chunk]
-            self._draw_batch([scene] * len(chunk), chunk, w, h, ids, out[start:start + per_chunk])
+        self._render_chunks([scene] * n, cameras, w, h, ids, out, self.readback)
         return out
 
     def _target(self, w: int, h: int, n: int, multisample: bool) -> LayerTarget:
@@ -333,17 +334,39 @@ class Renderer:
             self._targets.pop(old).release()
         return target
 
-    def _draw_batch(self, scenes: list[Scene], cameras: list[Camera], w: int, h: int, ids: bool,
-                    dest: np.ndarray | Sequence[np.ndarray]) -> None:
-        """Draw camera i of scene i into layer i of the size's target, then read the chunk back in one
-        call and write frame i into ``dest[i]``.
+    def _render_chunks(self, scenes: list[Scene], cameras: list[Camera], w: int, h: int, ids: bool,
+                       out: np.ndarray | Sequence[np.ndarray], readback: str) -> None:
+        """Frame i of ``(scenes[i], cameras[i])`` into ``out[i]``, drawn and read back a chunk
+        (``MAX_BATCH_PIXELS``) at a time.
+
+        ``"sync"``: each chunk is read back (waiting for its draws) and converted before the next is drawn.
+        ``"pbo"``: chunk k's readback is only queued; chunk k+1 is drawn and queued too, and only then is
+        chunk k mapped and converted, so the GPU renders and copies while the CPU issues draws. Its
+        layers are drawn over by chunk k+1 meanwhile, which is safe: GL runs the copy before those draws."""
+        per_chunk = max(1, MAX_BATCH_PIXELS // (w * h))
+        pending: tuple[PendingRead, np.ndarray | Sequence[np.ndarray]] | None = None
+        for start in range(0, len(cameras), per_chunk):
+            stop = start + per_chunk
+            target = self._draw_chunk(scenes[start:stop], cameras[start:stop], w, h, ids)
+            n = len(cameras[start:stop])
+            if readback == "sync":
+                rgba = target.scratch()
+                target.read(n, rgba)
+                _write_frames(rgba[:n], out[start:stop], ids)
+                continue
+            queued = (target.read_async(n), out[start:stop])
+            if pending is not None:
+                _write_mapped(*pending, ids)
+            pending = queued
+        if pending is not None:
+            _write_mapped(*pending, ids)
+
+    def _draw_chunk(self, scenes: list[Scene], cameras: list[Camera], w: int, h: int, ids: bool) -> LayerTarget:
+        """Draw camera i of scene i into layer i of the size's target (returned, not read back).
 
         The projection is flipped vertically, so OpenGL's bottom-up rows come out top-down and a
-        frame reads straight into (H, W, 4) memory. Reading RGBA and dropping alpha with OpenCV is
-        about twice as fast as asking the driver for RGB."""
+        frame reads straight into (H, W, 4) memory."""
         n = len(cameras)
-        if n == 0:
-            return
         multisample = self.samples > 0 and not ids
         target = self._target(w, h, n, multisample)
         ctx = self.ctx
@@ -379,13 +402,7 @@ class Renderer:
             if not ids and not sky.flat:
                 self._draw_sky(cam, aspect, sky)
             target.resolve(i)
-        rgba = target.scratch()
-        target.read(n, rgba)
-        for i in range(n):
-            if ids:  # 24-bit id in R, G, B (see shaders.ID_FS); alpha is 255
-                np.bitwise_and(rgba[i].view("<u4")[..., 0], 0xFFFFFF, out=dest[i], casting="unsafe")
-            else:
-                cv2.cvtColor(rgba[i], cv2.COLOR_RGBA2RGB, dst=dest[i])
+        return target
 
     def _draw_sky(self, cam: Camera, aspect: float, sky: Sky) -> None:
         ctx, prog = self.ctx, self._sky
@@ -442,6 +459,32 @@ class Renderer:
             self.close()
         except Exception:
             pass
+
+
+def _write_frames(rgba: np.ndarray, dest: np.ndarray | Sequence[np.ndarray], ids: bool) -> None:
+    """A read-back chunk (n, H, W, 4) uint8 into ``dest``: colour frames drop alpha, id frames keep the
+    24-bit id of R, G, B (see ``shaders.ID_FS``; alpha is 255).
+
+    When ``dest`` is one C-contiguous array (``render``, ``render_ids``, ``render_batch`` into an array)
+    the chunk is converted in one call, frames stacked as one tall image; a list of frame views (slots
+    of an observation buffer, in any order) takes one call per frame. Reading RGBA and dropping alpha
+    with OpenCV is about twice as fast as asking the driver for RGB."""
+    if isinstance(dest, np.ndarray) and dest.flags.c_contiguous:
+        w = rgba.shape[2]
+        pairs = [(rgba.reshape(-1, w, 4), dest.reshape(-1, w) if ids else dest.reshape(-1, w, 3))]
+    else:
+        pairs = list(zip(rgba, dest, strict=True))
+    for src, dst in pairs:
+        if ids:
+            np.bitwise_and(src.view("<u4")[..., 0], 0xFFFFFF, out=dst, casting="unsafe")
+        else:
+            cv2.cvtColor(src, cv2.COLOR_RGBA2RGB, dst=dst)
+
+
+def _write_mapped(read: PendingRead, dest: np.ndarray | Sequence[np.ndarray], ids: bool) -> None:
+    """A ``"pbo"`` chunk into ``dest``, converted straight from the mapped pack buffer (no host copy)."""
+    with read.mapped() as rgba:
+        _write_frames(rgba, dest, ids)
 
 
 def _check_size(value: object, name: str) -> int:

@@ -201,10 +201,10 @@ class RenderService:
         img.setflags(write=False)
         return self._frames.put(key, img)
 
-    def render_into(self, requests: list[tuple[str, Pose, str | None, np.ndarray]]) -> None:
+    def render_into(self, requests: list[tuple[str, Pose, str | None, np.ndarray]], readback: str | None = None) -> None:
         """Write the frame of each ``(scene_id, pose, label, dest)`` into ``dest`` (H, W, 3), as ``frame``
         would return it (same pixels, same cache), rendering every cache miss in one batch over all
-        their scenes (``Renderer.render_batch``): the batch path of ``TVRVectorEnv``."""
+        their scenes (``Renderer.render_batch``, with its ``readback``): the batch path of ``TVRVectorEnv``."""
         misses = []
         for scene_id, pose, label, dest in requests:
             cached = self._frames.get((scene_id, pose, label))
@@ -224,7 +224,7 @@ class RenderService:
         for scene_id, pose, _, _ in misses:
             up = backend.scene(scene_id)
             items.append((up.scene, camera_for(up.house, pose, self.fov)))
-        backend.renderer.render_batch(items, [m[3] for m in misses])
+        backend.renderer.render_batch(items, [m[3] for m in misses], readback=readback)
         for scene_id, pose, label, dest in misses:
             if label:
                 paste_badge(dest, label)

@@ -27,7 +27,9 @@ turns the batched infos back into env ``i``'s own info dict (what ``TVREnv`` ret
 Rendering: each step collects the frames it needs (current views, and at resets the start and target
 views) and renders the cache misses in one ``Renderer.render_batch`` call over all their scenes, straight
 into the observation buffer (``RenderService.render_into``; see ``docs/rendering.md``). The frame cache is
-the process-wide one of ``TVREnv`` (``cache_mb``; 0 = off).
+the process-wide one of ``TVREnv`` (``cache_mb``; 0 = off). ``readback`` picks how the rendered chunks
+come back from the GL (``Renderer.render_batch``): ``"sync"`` (default) or ``"pbo"``, asynchronous
+pixel-buffer readback overlapping the next chunk's draws, for GPUs; same frames either way.
 
 Buffers: with ``copy=True`` (default) every call returns arrays the env never writes again — a new
 observation array rendered into directly, and a target-image array replaced (copy on write) only when
@@ -70,7 +72,7 @@ class TVRVectorEnv(VectorEnv):
                  max_steps_multi: int = 40, distance: str = "euclidean", reward: RewardConfig | None = None,
                  expert_tie_break: str = oracle.DEFAULT_TIE_BREAK,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, copy: bool = True,
-                 step_target_image: bool = True):
+                 step_target_image: bool = True, readback: str = "sync"):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
             raise ValueError(f"TVRVectorEnv num_envs must be a positive integer, got {num_envs!r}")
         check_env_args("TVRVectorEnv", width=width, height=height, max_steps_single=max_steps_single,
@@ -80,6 +82,9 @@ class TVRVectorEnv(VectorEnv):
         except ValueError:
             raise ValueError(f"TVRVectorEnv autoreset_mode must be one of {[m.value for m in AutoresetMode]}, "
                              f"got {autoreset_mode!r}") from None
+        from spatialrl.render.layers import check_readback  # here: importing the env stays free of GL and cv2
+
+        self.readback = check_readback(readback, owner="TVRVectorEnv")
         self.metadata = {"autoreset_mode": self.autoreset_mode, "render_modes": []}
         self.num_envs = num_envs
         self._tasks = TaskPool(bench, split, tasks, owner="TVRVectorEnv")
@@ -135,7 +140,7 @@ class TVRVectorEnv(VectorEnv):
         for i in np.flatnonzero(mask):
             infos.append((int(i), self._reset_one(int(i), seeds[i], per_env[i], requests)))
         self._autoreset[mask] = False
-        self.renderer.render_into(requests)
+        self.renderer.render_into(requests, self.readback)
         return self._out_obs(), self._merge(infos, mask)
 
     def step(self, actions: Sequence[str]):
@@ -174,7 +179,7 @@ class TVRVectorEnv(VectorEnv):
                 requests.append((ep.scene_id, ep.pose, current, self._obs[i]))
             infos.append((i, info))
         self._autoreset = terminated | truncated
-        self.renderer.render_into(requests)
+        self.renderer.render_into(requests, self.readback)
         return (self._out_obs(), rewards, terminated, truncated,
                 self._merge(infos, ~skip, finals, target=self.step_target_image))
 
