@@ -158,3 +158,24 @@ def test_the_shipped_virl_model_reads_its_grid(tmp_path):
         result = virl_image_sensitivity(model, load_processor(folder), states)
     assert result["grid_swap_tv"] >= 0.3
     assert result["p_expert"] > 0.5 > result["p_expert_swapped"]
+
+
+def test_the_history_swap_replaces_only_the_history_and_moves_a_text_reader(bench):
+    from spatialrl.eval.image_probe import history_block, with_history
+
+    states = probe_states(bench, "eval", {"width": 112, "height": 64}, n=8)
+    blocks = [history_block(s) for s in states]
+    i, j = next((i, j) for i, a in enumerate(blocks) for j, b in enumerate(blocks) if a and b and a != b)
+    moved = with_history(states[i], blocks[j])
+    text = [p["text"] for p in moved[-1]["content"] if p["type"] == "text"][-1]
+    assert blocks[j] in text and blocks[i] not in text and "Valid actions at this step: " in text
+    assert [p["image"] for p in moved[-1]["content"] if p["type"] == "image"] == \
+        [p["image"] for p in states[i][-1]["content"] if p["type"] == "image"]
+    model, processor, _ = build_model("tiny", seed=1)
+    with torch.no_grad():
+        out = image_sensitivity(model, processor, states)
+    assert 1 <= out["history_states"] <= 8 and out["history_swap_tv"] > 1e-4  # random weights read the text
+    no_history = probe_states(bench, "eval", {"width": 112, "height": 64, "history_len": 0}, n=4)
+    assert all(history_block(s) is None for s in no_history)
+    with torch.no_grad():
+        assert "history_swap_tv" not in image_sensitivity(model, processor, no_history)

@@ -11,6 +11,12 @@ TVR — on held-out states (the expert's, with some off-path noise) over the nin
 * ``p_stop_at_target`` — mean P(Stop) when the target is replaced by the current view (it should be high);
 * ``p_stop_elsewhere`` — mean P(Stop) on the states as they are, none of which is at the target (low).
 
+And the text's share, for the action-only prompt's history of recent actions: on the states that have one
+(``history_states``), ``history_swap_tv`` is the mean total variation when that block is replaced by
+another state's (``argmax_agreement_history_swap`` beside it). A model that copies its history moves a
+lot here and little under the target swap (the 2026-12-05 AO models repeated their previous action 62-64%
+of the time in closed loop where the oracle would 13-14%, docs/training.md).
+
 The states come from ``spatialrl data sft`` machinery (same prompter and memory mode as evaluation), so
 the probe sees exactly what the agent sees in ``spatialrl eval``.
 
@@ -37,6 +43,7 @@ from the model folder's ``spatialrl_model.json`` (``eval.task``) or ``--task``.
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,6 +95,31 @@ def with_target(conversation: list[dict], image: np.ndarray) -> list[dict]:
     content[slots[-1]] = {"type": "image", "image": image}
     out[-1] = {**last, "content": content}
     return out
+
+
+# the action-only prompt's history block (envs/tvr/prompts.py user_text): up to the valid-actions line
+_HISTORY = re.compile(r"Your recent actions:\n.*?(?=Valid actions at this step: )", re.S)
+
+
+def history_block(conversation: list[dict]) -> str | None:
+    """The last user turn's "Your recent actions:" block (with its trailing newline), or None."""
+    for part in conversation[-1]["content"]:
+        if part["type"] == "text" and (m := _HISTORY.search(part["text"])):
+            return m.group(0)
+    return None
+
+
+def with_history(conversation: list[dict], block: str) -> list[dict]:
+    """The conversation with the last user turn's history block replaced by ``block``."""
+    out = [dict(m) for m in conversation]
+    last = out[-1]
+    content = list(last["content"])
+    for k, part in enumerate(content):
+        if part["type"] == "text" and _HISTORY.search(part["text"]):
+            content[k] = {**part, "text": _HISTORY.sub(lambda _: block, part["text"], count=1)}
+            out[-1] = {**last, "content": content}
+            return out
+    raise DataError("probe state: the last user turn has no action history to replace")
 
 
 def current_and_target(conversation: list[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -196,9 +228,24 @@ def image_sensitivity(model: Any, processor: Any, states: list[list[dict]], seed
     swapped = answer_distributions(model, processor, [with_target(s, current_and_target(states[j])[1])
                                                       for s, j in zip(states, other, strict=True)])
     at_target = answer_distributions(model, processor, [with_target(s, current_and_target(s)[0]) for s in states])
-    return {"states": n, "target_swap_tv": float(0.5 * np.abs(base - swapped).sum(axis=1).mean()),
-            "p_stop_at_target": float(at_target[:, STOP].mean()), "p_stop_elsewhere": float(base[:, STOP].mean()),
-            "argmax_agreement_swap": float((base.argmax(1) == swapped.argmax(1)).mean())}
+    out = {"states": n, "target_swap_tv": float(0.5 * np.abs(base - swapped).sum(axis=1).mean()),
+           "p_stop_at_target": float(at_target[:, STOP].mean()), "p_stop_elsewhere": float(base[:, STOP].mean()),
+           "argmax_agreement_swap": float((base.argmax(1) == swapped.argmax(1)).mean())}
+    blocks = [history_block(s) for s in states]
+    have = [i for i, b in enumerate(blocks) if b is not None]
+    # another state's history for each state that has one, drawn among those with a different block
+    pairs = []
+    for i in have:
+        donors = [j for j in have if blocks[j] != blocks[i]]
+        if donors:
+            pairs.append((i, donors[int(rng.integers(len(donors)))]))
+    if pairs:
+        idx = np.array([i for i, _ in pairs])
+        moved = answer_distributions(model, processor, [with_history(states[i], blocks[j]) for i, j in pairs])
+        out.update({"history_states": len(pairs),
+                    "history_swap_tv": float(0.5 * np.abs(base[idx] - moved).sum(axis=1).mean()),
+                    "argmax_agreement_history_swap": float((base[idx].argmax(1) == moved.argmax(1)).mean())})
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ V-IRL
@@ -281,7 +328,8 @@ class Probe:
 def _tvr(model: Any, processor: Any, data: str | Path, split: str, options: dict[str, Any], n: int,
          seed: int) -> dict[str, Any]:
     # the probe fixes the memory mode (AO: one current + target pair); only the image settings carry over
-    opts = {k: v for k, v in options.items() if k in ("width", "height", "badges")}
+    # (and the history length: a model trained without the history is probed without it)
+    opts = {k: v for k, v in options.items() if k in ("width", "height", "badges", "history_len")}
     return image_sensitivity(model, processor, probe_states(data, split, opts, n, seed), seed)
 
 
