@@ -16,7 +16,9 @@ from .test_sft_train import make_cfg
 
 
 def test_shipped_models_record_their_settings():
-    assert model_eval_settings("builtin:tvr-va-sft")["options"] == {"width": 280, "height": 168, "memory": "va"}
+    va = model_eval_settings("builtin:tvr-va-sft")["options"]
+    assert {k: va[k] for k in ("width", "height", "memory", "history_len")} == {
+        "width": 280, "height": 168, "memory": "va", "history_len": 5}
     assert model_eval_settings("builtin:tvr-ao-sft")["options"]["memory"] == "ao"
     assert model_eval_settings("builtin:virl-sft") == {"task": "virl", "options": {"grid_size": 224, "mode": "vl"},
                                                        "max_new_tokens": 96}
@@ -27,7 +29,9 @@ def test_eval_applies_them_unless_overridden():
     console = Console(record=True, width=200)
     options: dict = {}
     budget = apply_model_settings(console, "builtin:tvr-va-sft", "tvr", options, {"width": 640}, None)
-    assert options == {"height": 168, "memory": "va"} and budget == 16  # the user's width wins (set later)
+    recorded = model_eval_settings("builtin:tvr-va-sft")["options"]
+    assert options == {k: v for k, v in recorded.items() if k != "width"} and budget == 16  # the user's width wins
+    assert options["height"] == 168 and options["memory"] == "va"
     shown = console.export_text()
     assert "height=168" in shown and "max-new-tokens 16" in shown
     options = {}
