@@ -37,6 +37,10 @@ GLOSSARY: dict[str, str] = {
     "invalid_per_episode": "unparsable or illegal answers per episode (TVR)",
     "distinct_cells": "grid cells visited per episode, start included (TVR)",
     "revisits": "moves per episode that land on a pose visited before (TVR)",
+    "oracle_agreement": "steps whose action equals the oracle's at that state / steps (TVR)",
+    "repeat_rate": "steps that repeat the previous action / steps after an action (TVR); far above "
+                   "oracle_repeat_rate = the policy copies its history",
+    "oracle_repeat_rate": "how often the oracle's action at those states equals the previous action (TVR)",
     "response_tokens_per_step": "generated tokens / steps",
     "per_step_accuracy": "steps whose action was correct (reward +1) / steps (V-IRL)",
     "retries": "attempts after a wrong answer at the same point, the verifier's retry turn (V-IRL)",
