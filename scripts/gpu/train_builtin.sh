@@ -284,9 +284,10 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
   local sft=("${SRL[@]}" train sft "$ROOT/configs/sft/$recipe" --output_dir="$WORK/runs/$name" --data.train="$WORK/data/$name"
              --data.engine=tensor --per_device_batch_size=$(( bs / ACCUM )) --grad_accum="$ACCUM" --eval.task=null
              "${TRAIN_EXTRA[@]}" "${MODEL_ARGS[@]}")
-  local task memory val; read -r _ _ task memory _ <<< "$(arm "$name")"
-  val=$WORK/data/val-$([ "$task" = virl ] && echo virl || echo "$memory")
-  [ "$(arm "$name" | cut -d' ' -f5)" = aoh0 ] && val=$WORK/data/val-aoh0  # its prompts have no history
+  # held-out data of the arm's first kind where val_data builds some (val-virl, val-ao, val-va, val-aoh0:
+  # the memoryless arm's prompts have no history), else of its memory mode (tvr-ao-allopt: val-ao)
+  local memory kind val; read -r _ _ _ memory kind _ <<< "$(arm "$name")"
+  val=$WORK/data/val-$kind; [ -f "$val/meta.json" ] || val=$WORK/data/val-$memory
   # the image-use curve on held-out data, VAL_SAMPLES per evaluation (VA samples are whole trajectories:
   # fewer, VAL_SAMPLES_VA)
   [ -f "$val/meta.json" ] && sft+=(--data.eval="$val" --eval_loss_every="$VAL_EVERY"
