@@ -58,7 +58,20 @@ def run_trainer(config_cls: type, train_fn_path: str, config: Path | None, overr
 
     cfg = load_config(config_cls, config, overrides)
     module_name, fn_name = train_fn_path.split(":")
-    return getattr(importlib.import_module(module_name), fn_name)(cfg)
+    try:
+        return getattr(importlib.import_module(module_name), fn_name)(cfg)
+    finally:
+        _end_process_group()
+
+
+def _end_process_group() -> None:
+    """Tear a multi-process run's process group down before the interpreter exits. Left to interpreter
+    shutdown, gloo's threads can abort a finished process ("terminate called without an active
+    exception", exit -6: rank 1 of the two-process CPU test, after its final save, 2026-12-05)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 @train_app.command("sft", context_settings=OVERRIDE_CONTEXT)
