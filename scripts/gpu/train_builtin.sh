@@ -292,12 +292,15 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
   # fewer, VAL_SAMPLES_VA)
   [ -f "$val/meta.json" ] && sft+=(--data.eval="$val" --eval_loss_every="$VAL_EVERY"
                                    --data.eval_samples=$([ "$memory" = va ] && echo "$VAL_SAMPLES_VA" || echo "$VAL_SAMPLES"))
+  # the log is appended across commands: only this command's part of it tells how this run stopped (a
+  # pause line of an earlier command once stamped "paused" for a run killed before its checkpoint)
+  local from_byte; from_byte=$(( $(stat -c %s "$LOGS/train-$name.log" 2>/dev/null || echo 0) + 1 ))
   timeout --signal=TERM --kill-after=60 "$stop" "${sft[@]}" --checkpoint.resume=$resume --time_budget_minutes="$budget" \
       >> "$LOGS/train-$name.log" 2>&1
   rc=$?
   local last; last=$(grep -o 'train/loss=[0-9.]*' "$LOGS/train-$name.log" | tail -n 1)
   if [ "$rc" = 0 ] && [ -d "$WORK/runs/$name/final" ]; then stamp "trained $name: $last"
-  elif [ "$rc" = 124 ] && grep -q "SIGTERM: paused" "$LOGS/train-$name.log"; then
+  elif [ "$rc" = 124 ] && tail -c "+$from_byte" "$LOGS/train-$name.log" | grep -q "SIGTERM: paused"; then
     stamp "paused $name: $last"
     pack_weights "$name"  # first: ending the run below took 42 s for virl-sft (2026-12-05, fourth session),
     # and a command cut by its timeout then returned no weights for it

@@ -244,6 +244,17 @@ def test_image_swap_check(tvr_ao_data, tiny_builtin):
     got = heldout_loss(acc, model, dataset, collate, limit=6, batch_size=3)
     assert got["heldout/image_swap_gap"] != 0.0  # a random model still reacts to pixels
 
+    class Gone:  # a later evaluation must not read (decode, collate) the samples again
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            raise AssertionError("held-out samples collated again")
+
+    cache: dict = {}
+    assert heldout_loss(acc, model, dataset, collate, limit=6, batch_size=3, cache=cache) == got
+    assert heldout_loss(acc, model, Gone(), collate, limit=6, batch_size=3, cache=cache) == got
+
     class SameImages:  # every sample shows the first sample's frames: swapping changes nothing
         def __len__(self):
             return 6
