@@ -179,9 +179,21 @@ def test_pbo_readback_equals_sync(size, monkeypatch):
     assert len(np.unique(sync[0].reshape(-1, 3), axis=0)) > 3  # real pictures, not a cleared screen
 
 
+def test_auto_readback_picks_by_device(renderer):
+    """``"auto"``: pixel-buffer readback on a GPU (where it overlaps the GPU's work), plain on a software
+    rasteriser (where there is nothing to overlap)."""
+    from spatialrl.render.layers import resolve_readback
+
+    assert resolve_readback("auto", "llvmpipe (LLVM 15.0.7, 256 bits)") == "sync"
+    assert resolve_readback("auto", "NVIDIA H100 80GB HBM3/PCIe/SSE2") == "pbo"
+    assert resolve_readback("sync", "NVIDIA H100 80GB HBM3/PCIe/SSE2") == "sync"
+    assert resolve_readback("pbo", "llvmpipe (LLVM 15.0.7, 256 bits)") == "pbo"
+    assert renderer.readback == resolve_readback("auto", renderer.ctx.info["GL_RENDERER"])
+
+
 def test_bad_readback_raises(renderer):
     for bad in ("async", "PBO", None, 1):
-        with pytest.raises(ValueError, match="readback must be one of 'sync', 'pbo'"):
+        with pytest.raises(ValueError, match="readback must be one of 'auto', 'sync', 'pbo'"):
             Renderer(16, 16, readback=bad)
     scene = renderer.upload(_boxes(((0, 1.5, 3), (0.5, 0.5, 0.5), RED, 1)))
     with pytest.raises(ValueError, match="readback must be one of"):

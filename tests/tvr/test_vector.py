@@ -209,7 +209,7 @@ def test_errors(bench_dir):
         TVRVectorEnv(0, bench=bench_dir, **KW)
     with pytest.raises(ValueError, match="autoreset_mode"):
         TVRVectorEnv(2, bench=bench_dir, autoreset_mode="Sometimes", **KW)
-    with pytest.raises(ValueError, match="TVRVectorEnv readback must be one of 'sync', 'pbo', got 'async'"):
+    with pytest.raises(ValueError, match="TVRVectorEnv readback must be one of 'auto', 'sync', 'pbo', got 'async'"):
         TVRVectorEnv(2, bench=bench_dir, readback="async", **KW)
     with pytest.raises(RuntimeError, match="never reset"):
         TVRVectorEnv(2, bench=bench_dir, **KW).step(["Action: Stop"] * 2)

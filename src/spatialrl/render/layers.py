@@ -21,6 +21,11 @@ Two ways to read a chunk back (``READBACK_MODES``, the renderer's ``readback`` o
   chunk's draws before mapping this chunk's buffer (:meth:`PendingRead.mapped`), so the GPU finishes and
   copies chunk k while the CPU works on chunk k+1. Two buffers, because chunk k's buffer is still mapped
   (being converted) when chunk k+1's copy is queued. Same bytes as ``"sync"``.
+
+``"auto"`` (the default) picks per GL device (:func:`resolve_readback`): ``"pbo"`` on a hardware GPU, where
+it measured 2.0–3.5× the vector env's steps/s (H100, 640×360, N = 256 and 1,024, 2026-12-05), ``"sync"``
+on a software rasteriser (llvmpipe), where the two overlap nothing and ``"pbo"`` measured 0–15% slower
+(``benchmarks/results/tvr_vector_speed-*readback*.json``, ``-h100-data-stage-pbo.json``).
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ GL_STREAM_READ = 0x88E1
 GL_MAP_READ_BIT = 0x0001
 
 READBACK_MODES = ("sync", "pbo")
+READBACK_CHOICES = ("auto", *READBACK_MODES)
+SOFTWARE_RASTERISERS = ("llvmpipe", "softpipe", "swiftshader", "swrast", "lavapipe")
 
 _U, _I, _F, _P, _S = ctypes.c_uint, ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_ssize_t
 _SIGNATURES: dict[str, tuple[Any, ...]] = {
@@ -106,10 +113,18 @@ def gl() -> _GL:
 
 
 def check_readback(value: object, owner: str = "Renderer") -> str:
-    """``value`` if it names a readback mode (``READBACK_MODES``), else a ValueError that lists them."""
-    if not isinstance(value, str) or value not in READBACK_MODES:
-        raise ValueError(f"{owner} readback must be one of {', '.join(map(repr, READBACK_MODES))}, got {value!r}")
+    """``value`` if it names a readback choice (``READBACK_CHOICES``), else a ValueError that lists them."""
+    if not isinstance(value, str) or value not in READBACK_CHOICES:
+        raise ValueError(f"{owner} readback must be one of {', '.join(map(repr, READBACK_CHOICES))}, got {value!r}")
     return value
+
+
+def resolve_readback(value: str, gl_renderer: str) -> str:
+    """The mode ``value`` stands for on the GL device named ``gl_renderer`` (``GL_RENDERER``): ``"auto"`` is
+    ``"sync"`` on a software rasteriser and ``"pbo"`` on a GPU; ``"sync"``/``"pbo"`` stay as they are."""
+    if value != "auto":
+        return value
+    return "sync" if any(name in gl_renderer.lower() for name in SOFTWARE_RASTERISERS) else "pbo"
 
 
 def can_read_sub_image(ctx: Any) -> bool:

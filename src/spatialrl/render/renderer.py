@@ -29,7 +29,7 @@ from spatialrl.render import equirect as _equirect
 from spatialrl.render import shaders
 from spatialrl.render.camera import Camera
 from spatialrl.render.context import create_egl_context
-from spatialrl.render.layers import LayerTarget, PendingRead, check_readback
+from spatialrl.render.layers import LayerTarget, PendingRead, check_readback, resolve_readback
 from spatialrl.render.mesh import Mesh
 
 MAX_BATCH_PIXELS = 1 << 23  # frames drawn per readback (36 of 640x360): bounds the layer target's memory
@@ -134,13 +134,14 @@ class Renderer:
     ``smooth_textures`` samples textures trilinearly from mipmaps; the default is plain bilinear
     sampling, ~15-30% cheaper per frame on llvmpipe (choosing a mip level per pixel is what costs)
     at the price of some shimmer on distant floors.
-    ``readback`` is how chunks of frames come back to the host: ``"sync"`` (default) waits for each
-    chunk; ``"pbo"`` reads each chunk into a GL pixel buffer and picks it up after issuing the next
-    chunk's draws, so the wait overlaps drawing (for GPUs; same pixels; see ``render/layers.py``).
+    ``readback`` is how chunks of frames come back to the host: ``"sync"`` waits for each chunk;
+    ``"pbo"`` reads each chunk into a GL pixel buffer and picks it up after issuing the next chunk's
+    draws, so the wait overlaps drawing (same pixels; see ``render/layers.py``); ``"auto"`` (default)
+    is ``"pbo"`` on a GPU and ``"sync"`` on a software rasteriser (``resolve_readback``).
     """
 
     def __init__(self, width: int, height: int, *, device: int | None = None, samples: int = 0,
-                 cull: bool = True, smooth_textures: bool = False, readback: str = "sync"):
+                 cull: bool = True, smooth_textures: bool = False, readback: str = "auto"):
         self.width = _check_size(width, "width")
         self.height = _check_size(height, "height")
         if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
@@ -148,13 +149,14 @@ class Renderer:
         self.samples = samples
         self.cull = bool(cull)
         self.smooth_textures = bool(smooth_textures)
-        self.readback = check_readback(readback)
+        check_readback(readback)
         self._targets: dict[tuple, LayerTarget] = {}
         self._scenes: list[Scene] = []
         self.ctx = create_egl_context(device)
         _current.ctx = self.ctx  # creating a context makes it current
         self.closed = False
         self.device_name = f"{self.ctx.info['GL_RENDERER']} / {self.ctx.info['GL_VERSION']}"
+        self.readback = resolve_readback(readback, self.ctx.info["GL_RENDERER"])  # "sync" or "pbo"
         self._max_size = int(self.ctx.info["GL_MAX_TEXTURE_SIZE"])
         self._max_layers = int(self.ctx.info["GL_MAX_ARRAY_TEXTURE_LAYERS"])
         if self.width > self._max_size or self.height > self._max_size:
@@ -252,7 +254,8 @@ class Renderer:
         (e.g. slots of an observation buffer); returned. Default: a new (N, H, W, 3) array.
         ``readback``: ``"sync"`` or ``"pbo"`` for this call (default: the renderer's ``readback``)."""
         self._check_open()
-        readback = self.readback if readback is None else check_readback(readback)
+        readback = self.readback if readback is None else resolve_readback(check_readback(readback),
+                                                                           self.ctx.info["GL_RENDERER"])
         items = list(items)
         for i, item in enumerate(items):
             if not (isinstance(item, tuple) and len(item) == 2):

@@ -28,8 +28,9 @@ Rendering: each step collects the frames it needs (current views, and at resets 
 views) and renders the cache misses in one ``Renderer.render_batch`` call over all their scenes, straight
 into the observation buffer (``RenderService.render_into``; see ``docs/rendering.md``). The frame cache is
 the process-wide one of ``TVREnv`` (``cache_mb``; 0 = off). ``readback`` picks how the rendered chunks
-come back from the GL (``Renderer.render_batch``): ``"sync"`` (default) or ``"pbo"``, asynchronous
-pixel-buffer readback overlapping the next chunk's draws, for GPUs; same frames either way.
+come back from the GL (``Renderer.render_batch``): ``"sync"``, ``"pbo"`` (asynchronous pixel-buffer
+readback overlapping the next chunk's draws) or ``"auto"`` (default: ``"pbo"`` on a GPU, ``"sync"`` on
+llvmpipe); same frames either way.
 
 Buffers: with ``copy=True`` (default) every call returns arrays the env never writes again — a new
 observation array rendered into directly, and a target-image array replaced (copy on write) only when
@@ -72,7 +73,7 @@ class TVRVectorEnv(VectorEnv):
                  max_steps_multi: int = 40, distance: str = "euclidean", reward: RewardConfig | None = None,
                  expert_tie_break: str = oracle.DEFAULT_TIE_BREAK,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, copy: bool = True,
-                 step_target_image: bool = True, readback: str = "sync"):
+                 step_target_image: bool = True, readback: str = "auto"):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
             raise ValueError(f"TVRVectorEnv num_envs must be a positive integer, got {num_envs!r}")
         check_env_args("TVRVectorEnv", width=width, height=height, max_steps_single=max_steps_single,
