@@ -179,3 +179,43 @@ def test_the_history_swap_replaces_only_the_history_and_moves_a_text_reader(benc
     assert all(history_block(s) is None for s in no_history)
     with torch.no_grad():
         assert "history_swap_tv" not in image_sensitivity(model, processor, no_history)
+
+
+def test_optimal_sets_keep_the_plain_states_and_score_the_per_step_skill(bench, monkeypatch):
+    """The probe's states come with every optimal answer of each; they are the very states the plain
+    expert labels gave (so earlier probe numbers stay comparable), each set holds the plain expert's
+    answer, and ``optimal_accuracy``/``optimal_mass`` read the model's distribution against the sets."""
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np
+
+    from spatialrl.envs.registry import get_suite
+    from spatialrl.envs.tvr.env import CANDIDATE_RESPONSES
+    from spatialrl.eval import image_probe
+    from spatialrl.train.data import SFTDataset, build_sft_dataset
+
+    opts = {"width": 112, "height": 64}
+    states, optimal = image_probe.labelled_probe_states(bench, "eval", opts, n=8)
+    assert len(states) == len(optimal) == 8
+    suite = get_suite("tvr")  # the selection as plain labels make it
+    with tempfile.TemporaryDirectory() as tmp:
+        build_sft_dataset(suite, {**suite.default_options, **opts, "data": str(bench), "split": "eval", "memory": "ao"},
+                          Path(tmp) / "plain", seed=0, samples="step", progress=False, expert_noise=0.3)
+        data = SFTDataset(Path(tmp) / "plain")
+        keep = [i for i in np.random.default_rng(0).permutation(len(data)).tolist()
+                if data.rows[i]["messages"][-1]["content"][0]["text"] != "Action: Stop"][:8]
+        plain = [data.rows[i]["messages"] for i in keep]
+    for state, best, row in zip(states, optimal, plain, strict=True):
+        assert [m["content"][0].get("text") for m in state] == [m["content"][0].get("text") for m in row[:-1]]
+        assert row[-1]["content"][0]["text"] in best and "Action: Stop" not in best
+    assert any(len(best) > 1 for best in optimal)  # ties exist: the oracle's tie-break is not the only answer
+
+    ahead = CANDIDATE_RESPONSES.index("Action: MoveAhead")
+    fixed = np.zeros((len(states), 9))
+    fixed[:, ahead], fixed[:, image_probe.STOP] = 0.7, 0.3
+    monkeypatch.setattr(image_probe, "answer_distributions", lambda model, processor, convs: fixed[:len(convs)])
+    out = image_probe.image_sensitivity(None, None, states, optimal=optimal)
+    hits = np.array(["Action: MoveAhead" in best for best in optimal])
+    assert out["optimal_accuracy"] == pytest.approx(hits.mean())
+    assert out["optimal_mass"] == pytest.approx(0.7 * hits.mean())

@@ -9,7 +9,10 @@ TVR — on held-out states (the expert's, with some off-path noise) over the nin
   with another state's target: a model that matches views moves a lot (the issue asks ≥ 0.3); a model
   that reads only the text does not move (the 2026-12-02 models: ≤ 0.008);
 * ``p_stop_at_target`` — mean P(Stop) when the target is replaced by the current view (it should be high);
-* ``p_stop_elsewhere`` — mean P(Stop) on the states as they are, none of which is at the target (low).
+* ``p_stop_elsewhere`` — mean P(Stop) on the states as they are, none of which is at the target (low);
+* ``optimal_accuracy`` — share of states whose most likely answer is optimal (one of the oracle's ties):
+  the per-step skill, the number the issue's siamese-CNN baseline reached 0.878 on in unseen houses;
+  ``optimal_mass`` the mean probability on the optimal answers.
 
 And the text's share, for the action-only prompt's history of recent actions: on the states that have one
 (``history_states``), ``history_swap_tv`` is the mean total variation when that block is replaced by
@@ -62,6 +65,15 @@ STOP = CANDIDATE_RESPONSES.index("Action: Stop")
 def probe_states(bench: str | Path, split: str, options: dict[str, Any], n: int, seed: int = 0) -> list[list[dict]]:
     """Up to ``n`` held-out conversations (the last user turn holding the current and the target image)
     at states that are not the target, from noisy-expert episodes of ``split``."""
+    return labelled_probe_states(bench, split, options, n, seed)[0]
+
+
+def labelled_probe_states(bench: str | Path, split: str, options: dict[str, Any], n: int,
+                          seed: int = 0) -> tuple[list[list[dict]], list[frozenset[str]]]:
+    """:func:`probe_states` and, for each, the set of its optimal answers (the oracle's, every tie). The
+    episodes are built with all-optimal labels (the same noisy-expert episodes as plain labels: the labels
+    only read the env info), and each state is taken once, in order, so the states drawn are the ones
+    plain labels gave (earlier probe results stay comparable)."""
     from spatialrl.envs.registry import get_suite
     from spatialrl.train.data import SFTDataset, build_sft_dataset
 
@@ -69,15 +81,22 @@ def probe_states(bench: str | Path, split: str, options: dict[str, Any], n: int,
     opts = {**suite.default_options, **options, "data": str(bench), "split": split, "memory": "ao"}
     with tempfile.TemporaryDirectory() as tmp:
         build_sft_dataset(suite, opts, Path(tmp) / "states", seed=seed, samples="step", progress=False,
-                          expert_noise=0.3)
+                          expert_noise=0.3, labels="all_optimal")
         data = SFTDataset(Path(tmp) / "states")
+        first: dict[str, int] = {}  # state id (episode/turn) -> its first row
+        sets: dict[str, set[str]] = {}
+        for i, row in enumerate(data.rows):
+            state = row["id"].rsplit("/", 1)[0]
+            first.setdefault(state, i)
+            sets.setdefault(state, set()).add(row["messages"][-1]["content"][0]["text"])
+        order = list(first)
         rng = np.random.default_rng(seed)
-        keep = [i for i in rng.permutation(len(data)).tolist()
-                if data.rows[i]["messages"][-1]["content"][0]["text"] != "Action: Stop"][:n]
-        states = [data[i]["messages"][:-1] for i in keep]
+        keep = [order[i] for i in rng.permutation(len(order)).tolist() if sets[order[i]] != {"Action: Stop"}][:n]
+        states = [data[first[k]]["messages"][:-1] for k in keep]
+        optimal = [frozenset(sets[k]) for k in keep]
     if len(states) < 2:
         raise DataError(f"{bench}: split {split!r} gave {len(states)} probe states; need at least 2")
-    return states
+    return states, optimal
 
 
 def _images(message: dict) -> list[int]:
@@ -219,8 +238,11 @@ def _shared_prefix_scores(model: Any, batch: dict[str, torch.Tensor], device: An
     return _label_logprobs(out.logits[:, :-1], batch["labels"][:, first:].to(device))
 
 
-def image_sensitivity(model: Any, processor: Any, states: list[list[dict]], seed: int = 0) -> dict[str, float]:
-    """The probe's three numbers (module docstring) on ``states``."""
+def image_sensitivity(model: Any, processor: Any, states: list[list[dict]], seed: int = 0,
+                      optimal: list[frozenset[str]] | None = None) -> dict[str, float]:
+    """The probe's numbers (module docstring) on ``states``; with ``optimal`` (each state's optimal
+    answers) also the per-step skill: ``optimal_accuracy`` (the greedy answer is optimal) and
+    ``optimal_mass`` (mean probability on the optimal answers)."""
     rng = np.random.default_rng(seed)
     n = len(states)
     other = (np.arange(n) + rng.integers(1, n, size=n)) % n  # another state's target for each state
@@ -231,6 +253,12 @@ def image_sensitivity(model: Any, processor: Any, states: list[list[dict]], seed
     out = {"states": n, "target_swap_tv": float(0.5 * np.abs(base - swapped).sum(axis=1).mean()),
            "p_stop_at_target": float(at_target[:, STOP].mean()), "p_stop_elsewhere": float(base[:, STOP].mean()),
            "argmax_agreement_swap": float((base.argmax(1) == swapped.argmax(1)).mean())}
+    if optimal is not None:
+        if len(optimal) != n:
+            raise ValueError(f"optimal: {len(optimal)} sets for {n} states")
+        member = np.array([[answer in best for answer in CANDIDATE_RESPONSES] for best in optimal])
+        out.update({"optimal_accuracy": float(member[np.arange(n), base.argmax(1)].mean()),
+                    "optimal_mass": float((base * member).sum(axis=1).mean())})
     blocks = [history_block(s) for s in states]
     have = [i for i, b in enumerate(blocks) if b is not None]
     # another state's history for each state that has one, drawn among those with a different block
@@ -330,7 +358,8 @@ def _tvr(model: Any, processor: Any, data: str | Path, split: str, options: dict
     # the probe fixes the memory mode (AO: one current + target pair); only the image settings carry over
     # (and the history length: a model trained without the history is probed without it)
     opts = {k: v for k, v in options.items() if k in ("width", "height", "badges", "history_len")}
-    return image_sensitivity(model, processor, probe_states(data, split, opts, n, seed), seed)
+    states, optimal = labelled_probe_states(data, split, opts, n, seed)
+    return image_sensitivity(model, processor, states, seed, optimal=optimal)
 
 
 def _virl(model: Any, processor: Any, data: str | Path, split: str, options: dict[str, Any], n: int,
