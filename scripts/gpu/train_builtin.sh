@@ -148,6 +148,10 @@ fi
 # ------------------------------------------------------------------------------------------- train
 settle() {  # kind k: that shard's data command has ended (written or failed): what a pipelined arm waits for
   touch "$WORK/data/.settled-$1-$2"
+  data_time "settled $1-$2"
+}
+data_time() {  # when each piece of the data stage was done (logs/data-times.txt): where its minutes go
+  echo "[$(elapsed)s] $*" >> "$LOGS/data-times.txt"
 }
 shards_settled() {  # arm: have all shards of all its kinds settled?
   local kind n
@@ -160,6 +164,7 @@ virl_shard() {  # k: a metro city of seed 100+k and its expert episodes
   local k=$1 city=$WORK/data/city-$((SEED0 + k))
   [ -f "$city/route_infos.json" ] || make_city metro "$CITY_ROUTES" $((SEED0 + k)) "$city" > "$LOGS/city-$k.log" 2>&1 \
     || { stamp "FAILED: city $k"; settle virl "$k"; settle vpre "$k"; return; }
+  data_time "city-$k ready"
   spatialrl data sft --task virl --data "$city" --split in-dist --set episodes="$VIRL_EPISODES" --set seed=$((10 * SEED0 + k)) \
     --set grid_size=$GRID --expert-noise "$VIRL_NOISE" --seed $((10 * SEED0 + k)) \
     --out "$WORK/data/virl-$k" --overwrite --batch-size 32 > "$LOGS/data-virl-$k.log" 2>&1 \
@@ -176,6 +181,7 @@ tvr_shard() {  # k: a bench of seed 100+k (sft split only), its AO (noisy expert
   [ -f "$bench/bench.json" ] || spatialrl tvr make-bench --out "$bench" --seed $((SEED0 + k)) --overwrite \
       --sizes "eval=0,sft=$TVR_SFT,rl=0,diag_rotate=0,diag_move=0" --scenes "sft=$TVR_SCENES,eval=0,rl=0" \
       > "$LOGS/bench-$k.log" 2>&1 || { stamp "FAILED: bench $k"; for x in ao va aoall pre dag aoh0; do settle $x "$k"; done; return; }
+  data_time "bench-$k ready"
   local common=(--task tvr --data "$bench" --split sft --set width=$W --set height=$H --batch-size 32 --overwrite)
   local noisy=("${common[@]}" --set memory=ao --expert-noise "$EXPERT_NOISE" --samples step)
   if needs aoall; then spatialrl data sft "${noisy[@]}" --labels all_optimal --out "$WORK/data/aoall-$k" \
