@@ -83,7 +83,10 @@ else
   TVR_SFT=${TVR_SFT:-600}; TVR_SCENES=${TVR_SCENES:-100}; TRAIN_END_S=${TRAIN_END_S:-560}; BUDGET_MIN=${BUDGET_MIN:-7}
   VAL_ROUTES=${VAL_ROUTES:-60}; VAL_EVERY=${VAL_EVERY:-500}; VAL_SAMPLES=${VAL_SAMPLES:-256}; VAL_SAMPLES_VA=${VAL_SAMPLES_VA:-32}
   EVAL_TVR=${EVAL_TVR:-200}; VAL_TVR=${VAL_TVR:-100}; EVAL_VIRL=${EVAL_VIRL:-120}; EVAL_ROUTES=${EVAL_ROUTES:-400}; W=280; H=168; GRID=224
-  BS_VIRL=64; BS_AO=128; BS_VA=8; PROBE_STATES=${PROBE_STATES:-200}
+  # per-update batch of each kind of arm. The 8.0M action-only model at 128 ran ~1,000 samples/s while the
+  # other arms were still compiling and ~450 with four arms side by side (H100, 2026-12-05, sixth session):
+  # whether BS_AO=512 runs more samples per second is the next run's measurement
+  BS_VIRL=${BS_VIRL:-64}; BS_AO=${BS_AO:-128}; BS_VA=${BS_VA:-8}; PROBE_STATES=${PROBE_STATES:-200}
   VECTOR_BENCH_ARGS=${VECTOR_BENCH_ARGS:---sizes 640x360 280x168 --num-envs 256 1024 --steps 4096 --repeats 1}
 fi
 EXPERT_NOISE=${EXPERT_NOISE:-0.3}
