@@ -255,6 +255,25 @@ def test_image_swap_check(tvr_ao_data, tiny_builtin):
     assert heldout_loss(acc, model, dataset, collate, limit=6, batch_size=3, cache=cache) == got
     assert heldout_loss(acc, model, Gone(), collate, limit=6, batch_size=3, cache=cache) == got
 
+    # kept in the run folder: a resumed run loads them; other held-out settings collate again
+    from spatialrl.train.sft import stored_heldout_batches
+
+    folder = tvr_ao_data.parent / "run-heldout"
+    first = stored_heldout_batches(acc, dataset, collate, 6, 3, folder)
+    assert (folder / "heldout-batches-rank0.pt").is_file()
+    class GoneHere(Gone):  # the same folder and size as the real held-out data, unreadable
+        root = dataset.root
+
+        def __len__(self):
+            return len(dataset)
+
+    gone = GoneHere()
+    again = stored_heldout_batches(acc, gone, collate, 6, 3, folder)
+    assert heldout_loss(acc, model, gone, collate, 6, 3, cache={"batches": again}) == got
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(first["true"], again["true"], strict=True) for k in a)
+    with pytest.raises(AssertionError, match="collated again"):
+        stored_heldout_batches(acc, gone, collate, 4, 3, folder)  # another limit: not the stored ones
+
     class SameImages:  # every sample shows the first sample's frames: swapping changes nothing
         def __len__(self):
             return 6

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -186,6 +187,31 @@ def heldout_batches(accelerator: Any, dataset: SFTDataset, collate: Collator, li
     return out
 
 
+def stored_heldout_batches(accelerator: Any, dataset: SFTDataset, collate: Collator, limit: int, batch_size: int,
+                           folder: Path) -> dict[str, list[dict[str, torch.Tensor]]]:
+    """:func:`heldout_batches`, kept in the run folder (``heldout-batches-rank<r>.pt``) so a resumed run
+    (the next command of a job cut into commands) loads them instead of collating again; they are rebuilt
+    when the held-out data, its share or the processor differ from the stored ones."""
+    import os
+
+    key = {"eval": str(Path(dataset.root).resolve()), "rows": len(dataset), "limit": limit, "batch_size": batch_size,
+           "world": accelerator.num_processes, "processor": type(collate.processor).__name__}
+    path = Path(folder) / f"heldout-batches-rank{accelerator.process_index}.pt"
+    if path.is_file():
+        try:
+            stored = torch.load(path, weights_only=True)
+            if stored.get("key") == key:
+                return stored["batches"]
+        except Exception as e:  # unreadable (cut write, other torch): collate again
+            print(f"{path}: not reused ({type(e).__name__}: {e})", flush=True)
+    batches = heldout_batches(accelerator, dataset, collate, limit, batch_size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".pt.part")
+    torch.save({"key": key, "batches": batches}, tmp)
+    os.replace(tmp, path)
+    return batches
+
+
 @torch.no_grad()
 def heldout_loss(accelerator: Any, model: Any, dataset: SFTDataset, collate: Collator, limit: int,
                  batch_size: int, cache: dict[str, Any] | None = None) -> dict[str, float]:
@@ -280,14 +306,19 @@ def train(cfg: SFTConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
     # (and the wall-clock LR schedule) starts.
     plan = micro_batches(len(train_set), cfg.seed, cfg.per_device_batch_size, world, run.rank, step * G, total_updates * G)
     batches = micro_batch_source(cfg, train_set, processor, model_type, collate, plan, acc.device)
+    # The held-out samples are collated here too, once per run and kept in the run folder (a resumed run
+    # loads them): collated at each evaluation they cost 45-100 s on a loaded host (H100, 2026-12-05), and a
+    # SIGTERM that lands in such an evaluation is only handled after it.
+    heldout_cache: dict[str, Any] = {}
+    if eval_set is not None and cfg.eval_loss_every > 0:
+        heldout_cache["batches"] = stored_heldout_batches(acc, eval_set, collate, cfg.data.eval_samples,
+                                                          cfg.per_device_batch_size, run.out)
     run.start_tracker(step, {"setup/train_samples": len(train_set), "setup/updates_total": total_updates,
                              "setup/updates_per_epoch": per_epoch, "setup/resumed_from_step": step})
 
     def save(at: int) -> None:
         run.checkpoint(at, {"step": at, "per_device_batch_size": cfg.per_device_batch_size, "grad_accum": G,
                             "train_samples": len(train_set), "updates_total": total_updates})
-
-    heldout_cache: dict[str, Any] = {}  # the held-out samples, collated at the first evaluation
 
     def heldout() -> dict[str, float]:
         if eval_set is None:
@@ -333,7 +364,8 @@ def train(cfg: SFTConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
                 last_metrics["train/skipped_updates"] = run.skipped_updates
             run.log(step, last_metrics)
             window = new_window()
-        if eval_set is not None and cfg.eval_loss_every > 0 and step % cfg.eval_loss_every == 0:
+        if eval_set is not None and cfg.eval_loss_every > 0 and step % cfg.eval_loss_every == 0 \
+                and not run.sigterm_received():  # paused now: the checkpoint first, the curve point can wait
             run.log(step, heldout())
         if cfg.check_sync_every > 0 and step % cfg.check_sync_every == 0:
             check_sync(acc, model, step)
