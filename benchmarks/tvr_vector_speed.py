@@ -1,14 +1,15 @@
 """TVR vector env speed: one ``TVREnv`` vs ``TVRVectorEnv`` of N envs, side by side in one run (issue 21).
 
     python benchmarks/tvr_vector_speed.py [--sizes 640x360 280x168] [--num-envs 1 4 16 64 256] [--steps 1000]
-        [--readback sync pbo]
+        [--readback sync pbo pbo_rgb]
 
 Cache off (``cache_mb=0``: every observation rendered), random valid non-Stop answers, so episodes end by
 budget and resets (start + target frame) are part of the rate, as in ``tvr_env_speed.py``. Both envs draw
 their tasks at random from the same pool (single- and multi-room houses cost differently per frame, so
 ``--steps`` should cover many episodes); the vector env autoresets (next step).
 ``--readback`` lists the renderer's readback modes to measure for every vector row (``sync``: wait for each
-chunk of frames; ``pbo``: asynchronous pixel-buffer readback overlapping the next chunk's draws), side by side.
+chunk of frames; ``pbo``: asynchronous pixel-buffer readback overlapping the next chunk's draws; ``pbo_rgb``:
+the same with the GL packing RGB, so the host copies instead of converting), side by side.
 ``steps_per_s`` counts env steps (a vector step of N envs is N steps). The 2-core VM is shared with other
 jobs, so every row is measured ``--repeats`` times, interleaved (single, N=1, N=4, ... then again), and
 the row holds the median with every sample and the best; beside the wall-clock rate it holds CPU ms per
@@ -106,7 +107,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1000, help="env steps measured per row (at least 4 vector steps)")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions per row (median reported)")
     ap.add_argument("--scenes", type=int, default=4, help="eval scenes per family (single- and multi-room)")
-    ap.add_argument("--readback", nargs="+", default=["sync"], choices=["sync", "pbo"],
+    ap.add_argument("--readback", nargs="+", default=["sync"], choices=["sync", "pbo", "pbo_rgb"],
                     help="renderer readback modes measured for every vector row, side by side (--profile uses the first)")
     ap.add_argument("--tag", default="", help="suffix of the results file name (e.g. quiet)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
@@ -152,7 +153,7 @@ def main() -> None:
                        "best_steps_per_s": max(rates),
                        "cores_used": float(np.median([x[0] * x[1] / 1000 for x in got]))}
                 rows.append(row)
-                print(f"  {w}x{h} {env:<6} N={n:<4} {mode:<4} {row['steps_per_s']:8.1f} steps/s (median of "
+                print(f"  {w}x{h} {env:<6} N={n:<4} {mode:<7} {row['steps_per_s']:8.1f} steps/s (median of "
                       f"{', '.join(f'{r:.0f}' for r in rates)})  {row['cpu_ms_per_step']:6.2f} CPU ms/step  "
                       f"{row['cores_used']:.2f} cores  "
                       f"load {row['load_1m']:.1f}", flush=True)

@@ -39,14 +39,17 @@ def main() -> int:
         dt = time.perf_counter() - t0
         singles = np.stack([r.render(scene, [c])[0] for c in cams])
         ok = np.array_equal(batch, singles) and batch.std() > 0
-        # the opt-in asynchronous readback (readback="pbo", issue 21): reported, not required — the jobs
-        # render with the default synchronous path
+        # the asynchronous readbacks (issue 21): "pbo" is what readback="auto" (the default) uses on a GPU,
+        # so it must give the synchronous path's frames; "pbo_rgb" (the GL packs RGB) is reported
         items = [(scene, c) for c in cams] * 3  # several chunks at the larger sizes
-        pbo_ok = np.array_equal(r.render_batch(items, readback="pbo"), r.render_batch(items, readback="sync"))
+        sync = r.render_batch(items, readback="sync")
+        pbo_ok = np.array_equal(r.render_batch(items, readback="pbo"), sync)
+        rgb_ok = np.array_equal(r.render_batch(items, readback="pbo_rgb"), sync)
     print(f"render check: {info.get('GL_VENDOR')} / {info.get('GL_RENDERER')}; {len(cams)} frames {w}x{h}: "
-          f"batch {'==' if ok else '!='} single; {1000 * dt / len(cams):.2f} ms/frame batched; "
-          f"pbo readback {'==' if pbo_ok else '!='} sync", flush=True)
-    return 0 if ok else 1
+          f"batch {'==' if ok else '!='} single; {1000 * dt / len(cams):.2f} ms/frame batched (readback "
+          f"{r.readback}); pbo readback {'==' if pbo_ok else '!='} sync; pbo_rgb {'==' if rgb_ok else '!='} sync",
+          flush=True)
+    return 0 if ok and pbo_ok else 1
 
 
 if __name__ == "__main__":

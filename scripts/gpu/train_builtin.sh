@@ -364,7 +364,7 @@ stage_data() {
     # issue 21 on the idle GPU (~1-2 of 16 cores): where a TVRVectorEnv step's host time goes at 640x360,
     # N = 1,024 (cProfile: logs/tvr_vector_profile-gpu-data-stage.txt) and the rows beside it
     ( cd "$ROOT/benchmarks" && timeout "${PROFILE_DURING_DATA_S:-300}" "$PY" -u tvr_vector_speed.py --sizes 640x360 \
-        --num-envs 256 1024 --steps 4096 --repeats 1 --readback sync pbo --profile 1024 --tag data-stage --out "$LOGS" \
+        --num-envs 256 1024 --steps 4096 --repeats 1 --readback sync pbo pbo_rgb --profile 1024 --tag data-stage --out "$LOGS" \
         > "$LOGS/tvr_vector_speed-during-data.log" 2>&1 & )
   fi
   val_data &

@@ -154,13 +154,13 @@ def test_pbo_readback_equals_sync(size, monkeypatch):
     reads: list[int] = []
     read_async = layers.LayerTarget.read_async
 
-    def counting(self, n):
+    def counting(self, n, channels=4):
         reads.append(n)
-        return read_async(self, n)
+        return read_async(self, n, channels)
 
     monkeypatch.setattr(layers.LayerTarget, "read_async", counting)
     frames = {}
-    for mode, sub_image in (("sync", True), ("pbo", True), ("pbo", False)):
+    for mode, sub_image in (("sync", True), ("pbo", True), ("pbo", False), ("pbo_rgb", True), ("pbo_rgb", False)):
         monkeypatch.setattr(layers, "can_read_sub_image", lambda ctx, s=sub_image: s)
         with Renderer(w, h, readback=mode) as r:
             scene = r.upload(meshes)
@@ -168,11 +168,11 @@ def test_pbo_readback_equals_sync(size, monkeypatch):
             reads.clear()
             got = frames[mode, sub_image] = (r.render(scene, cams), r.render_ids(scene, cams),
                                              np.stack(r.render_batch([(scene, c) for c in cams], views)))
-            assert reads == ([5] * 7 + [1]) * 3 if mode == "pbo" else not reads
-            other = "sync" if mode == "pbo" else "pbo"  # render_batch's readback overrides the renderer's
+            assert reads == ([5] * 7 + [1]) * 3 if mode != "sync" else not reads
+            other = "sync" if mode != "sync" else "pbo"  # render_batch's readback overrides the renderer's
             assert np.array_equal(r.render_batch([(scene, c) for c in cams], readback=other), got[0])
     sync = frames["sync", True]
-    for key in (("pbo", True), ("pbo", False)):
+    for key in (("pbo", True), ("pbo", False), ("pbo_rgb", True), ("pbo_rgb", False)):
         for a, b in zip(sync, frames[key], strict=True):
             assert a.dtype == b.dtype and np.array_equal(a, b), key
     assert np.array_equal(sync[0], sync[2])
@@ -193,7 +193,7 @@ def test_auto_readback_picks_by_device(renderer):
 
 def test_bad_readback_raises(renderer):
     for bad in ("async", "PBO", None, 1):
-        with pytest.raises(ValueError, match="readback must be one of 'auto', 'sync', 'pbo'"):
+        with pytest.raises(ValueError, match="readback must be one of 'auto', 'sync', 'pbo', 'pbo_rgb'"):
             Renderer(16, 16, readback=bad)
     scene = renderer.upload(_boxes(((0, 1.5, 3), (0.5, 0.5, 0.5), RED, 1)))
     with pytest.raises(ValueError, match="readback must be one of"):

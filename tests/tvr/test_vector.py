@@ -167,9 +167,9 @@ def test_render_batch_over_scenes_equals_single_renders(bench_dir):
         backend.renderer.render_batch(items, np.zeros((1, H, W, 3), np.uint8))
 
 
-@pytest.mark.parametrize("size", [(W, H), (64, 36)])
-def test_pbo_readback_gives_the_same_frames(bench_dir, size, monkeypatch):
-    """``readback="pbo"`` vs ``"sync"``: same observations, target images and infos, step by step, with
+@pytest.mark.parametrize(("size", "mode"), [((W, H), "pbo"), ((64, 36), "pbo"), ((W, H), "pbo_rgb")])
+def test_pbo_readback_gives_the_same_frames(bench_dir, size, mode, monkeypatch):
+    """``readback="pbo"`` (and ``"pbo_rgb"``) vs ``"sync"``: same observations, target images and infos, step by step, with
     chunks of 2 frames, so a step's 5 frames (and a reset's 10) take several chunks, the last partial."""
     from spatialrl.render import layers
     from spatialrl.render import renderer as renderer_module
@@ -178,10 +178,11 @@ def test_pbo_readback_gives_the_same_frames(bench_dir, size, monkeypatch):
     monkeypatch.setattr(renderer_module, "MAX_BATCH_PIXELS", w * h * 2)
     reads: list[int] = []
     read_async = layers.LayerTarget.read_async
-    monkeypatch.setattr(layers.LayerTarget, "read_async", lambda self, n: reads.append(n) or read_async(self, n))
+    monkeypatch.setattr(layers.LayerTarget, "read_async",
+                        lambda self, n, channels=4: reads.append(n) or read_async(self, n, channels))
     kw = {**KW, "width": w, "height": h}
     sync = TVRVectorEnv(N, bench=bench_dir, readback="sync", **kw)
-    pbo = TVRVectorEnv(N, bench=bench_dir, readback="pbo", **kw)
+    pbo = TVRVectorEnv(N, bench=bench_dir, readback=mode, **kw)
     assert_same(sync.reset(seed=7), pbo.reset(seed=7), "reset")
     assert reads == [2] * 5  # the reset's 10 frames: target and start view per env
     rng = np.random.default_rng(7)
@@ -209,7 +210,7 @@ def test_errors(bench_dir):
         TVRVectorEnv(0, bench=bench_dir, **KW)
     with pytest.raises(ValueError, match="autoreset_mode"):
         TVRVectorEnv(2, bench=bench_dir, autoreset_mode="Sometimes", **KW)
-    with pytest.raises(ValueError, match="TVRVectorEnv readback must be one of 'auto', 'sync', 'pbo', got 'async'"):
+    with pytest.raises(ValueError, match="TVRVectorEnv readback must be one of 'auto', 'sync', 'pbo', 'pbo_rgb', got 'async'"):
         TVRVectorEnv(2, bench=bench_dir, readback="async", **KW)
     with pytest.raises(RuntimeError, match="never reset"):
         TVRVectorEnv(2, bench=bench_dir, **KW).step(["Action: Stop"] * 2)

@@ -22,6 +22,11 @@ Two ways to read a chunk back (``READBACK_MODES``, the renderer's ``readback`` o
   copies chunk k while the CPU works on chunk k+1. Two buffers, because chunk k's buffer is still mapped
   (being converted) when chunk k+1's copy is queued. Same bytes as ``"sync"``.
 
+- ``"pbo_rgb"``: ``"pbo"`` with the GL packing RGB (3 bytes a pixel) instead of RGBA, so the host only
+  copies what it maps instead of converting it (colour frames; id frames are read as RGBA). On llvmpipe
+  the driver's packing costs more than OpenCV's conversion; whether a GPU driver packs for free is the
+  GPU run's measurement (``tvr_vector_speed.py --readback``).
+
 ``"auto"`` (the default) picks per GL device (:func:`resolve_readback`): ``"pbo"`` on a hardware GPU, where
 it measured 2.0–3.5× the vector env's steps/s (H100, 640×360, N = 256 and 1,024, 2026-12-05), ``"sync"``
 on a software rasteriser (llvmpipe), where the two overlap nothing and ``"pbo"`` measured 0–15% slower
@@ -49,6 +54,7 @@ GL_FRAMEBUFFER_COMPLETE = 0x8CD5
 GL_COLOR_BUFFER_BIT = 0x4000
 GL_DEPTH_BUFFER_BIT = 0x100
 GL_NEAREST = 0x2600
+GL_RGB = 0x1907
 GL_RGBA = 0x1908
 GL_UNSIGNED_BYTE = 0x1401
 GL_PACK_ALIGNMENT = 0x0D05
@@ -56,7 +62,7 @@ GL_PIXEL_PACK_BUFFER = 0x88EB
 GL_STREAM_READ = 0x88E1
 GL_MAP_READ_BIT = 0x0001
 
-READBACK_MODES = ("sync", "pbo")
+READBACK_MODES = ("sync", "pbo", "pbo_rgb")
 READBACK_CHOICES = ("auto", *READBACK_MODES)
 SOFTWARE_RASTERISERS = ("llvmpipe", "softpipe", "swiftshader", "swrast", "lavapipe")
 
@@ -204,11 +210,11 @@ class LayerTarget:
         assert 0 < n <= min(self.layers, len(out))
         self._read_to(n, out.ctypes.data)
 
-    def read_async(self, n: int) -> PendingRead:
+    def read_async(self, n: int, channels: int = 4) -> PendingRead:
         """Queue frames ``0..n-1`` for copying into the next pixel pack buffer and return without waiting
-        (readback ``"pbo"``); the pixels are the returned read's, once mapped. The layers may be drawn
-        again at once: GL orders the copy before later draws."""
-        assert 0 < n <= self.layers
+        (readback ``"pbo"``; ``channels=3``: packed as RGB, ``"pbo_rgb"``); the pixels are the returned
+        read's, once mapped. The layers may be drawn again at once: GL orders the copy before later draws."""
+        assert 0 < n <= self.layers and channels in (3, 4)
         g = gl()
         if not self._packs:
             names = (_U * 2)()
@@ -221,25 +227,26 @@ class LayerTarget:
         self._next_pack ^= 1
         g.glBindBuffer(GL_PIXEL_PACK_BUFFER, buf)
         try:
-            self._read_to(n, 0)  # with a pack buffer bound, the "pointer" is an offset into it
+            self._read_to(n, 0, channels)  # with a pack buffer bound, the "pointer" is an offset into it
         finally:
             g.glBindBuffer(GL_PIXEL_PACK_BUFFER, 0)  # moderngl's own reads expect none bound
         g.glFlush()  # start the GPU on this chunk now, not when the driver's command buffer fills
-        return PendingRead(self, buf, n)
+        return PendingRead(self, buf, n, channels)
 
-    def _read_to(self, n: int, address: int) -> None:
-        """The one readback of frames ``0..n-1``: to host memory at ``address``, or, with a pixel pack
-        buffer bound, to that offset in the buffer."""
+    def _read_to(self, n: int, address: int, channels: int = 4) -> None:
+        """The one readback of frames ``0..n-1`` as RGBA (or RGB, ``channels=3``): to host memory at
+        ``address``, or, with a pixel pack buffer bound, to that offset in the buffer."""
         g = gl()
         g.glPixelStorei(GL_PACK_ALIGNMENT, 1)
-        size = self.w * self.h * 4
+        size = self.w * self.h * channels
+        fmt = GL_RGBA if channels == 4 else GL_RGB
         if self.sub_image:
-            g.glGetTextureSubImage(self.texture.glo, 0, 0, 0, 0, self.w, self.h, n, GL_RGBA, GL_UNSIGNED_BYTE,
+            g.glGetTextureSubImage(self.texture.glo, 0, 0, 0, 0, self.w, self.h, n, fmt, GL_UNSIGNED_BYTE,
                                    n * size, address)
         else:
             for i in range(n):
                 g.glBindFramebuffer(GL_READ_FRAMEBUFFER, self.fbos[i])
-                g.glReadPixels(0, 0, self.w, self.h, GL_RGBA, GL_UNSIGNED_BYTE, address + i * size)
+                g.glReadPixels(0, 0, self.w, self.h, fmt, GL_UNSIGNED_BYTE, address + i * size)
             g.glBindFramebuffer(GL_FRAMEBUFFER, 0)
 
     def release(self) -> None:
@@ -263,19 +270,21 @@ class LayerTarget:
 
 @dataclass(frozen=True)
 class PendingRead:
-    """A chunk queued by :meth:`LayerTarget.read_async`: ``n`` frames on their way into pack buffer ``buffer``."""
+    """A chunk queued by :meth:`LayerTarget.read_async`: ``n`` frames of ``channels`` bytes a pixel (RGBA 4,
+    RGB 3) on their way into pack buffer ``buffer``."""
 
     target: LayerTarget
     buffer: int
     n: int
+    channels: int = 4
 
     @contextlib.contextmanager
     def mapped(self) -> Iterator[np.ndarray]:
-        """The frames as a read-only (n, h, w, 4) uint8 view of the mapped buffer (mapping waits for the
-        copy). The view is valid inside the ``with`` only: the buffer is unmapped on exit, and its memory
-        is the driver's, so convert from it there rather than copy it out first."""
+        """The frames as a read-only (n, h, w, channels) uint8 view of the mapped buffer (mapping waits for
+        the copy). The view is valid inside the ``with`` only: the buffer is unmapped on exit, and its
+        memory is the driver's, so convert from it there rather than copy it out first."""
         t, g = self.target, gl()
-        size = self.n * t.h * t.w * 4
+        size = self.n * t.h * t.w * self.channels
         g.glBindBuffer(GL_PIXEL_PACK_BUFFER, self.buffer)
         address = g.glMapBufferRange(GL_PIXEL_PACK_BUFFER, 0, size, GL_MAP_READ_BIT)
         g.glBindBuffer(GL_PIXEL_PACK_BUFFER, 0)
@@ -284,7 +293,7 @@ class PendingRead:
         try:
             frames = np.frombuffer((ctypes.c_uint8 * size).from_address(address), np.uint8)
             frames.flags.writeable = False
-            yield frames.reshape(self.n, t.h, t.w, 4)
+            yield frames.reshape(self.n, t.h, t.w, self.channels)
         finally:
             g.glBindBuffer(GL_PIXEL_PACK_BUFFER, self.buffer)
             g.glUnmapBuffer(GL_PIXEL_PACK_BUFFER)

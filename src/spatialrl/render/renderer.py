@@ -252,7 +252,8 @@ class Renderer:
         state, same draw order).
         ``out``: an (N, H, W, 3) uint8 array or N such (H, W, 3) C-contiguous views to write into
         (e.g. slots of an observation buffer); returned. Default: a new (N, H, W, 3) array.
-        ``readback``: ``"sync"`` or ``"pbo"`` for this call (default: the renderer's ``readback``)."""
+        ``readback``: ``"sync"``, ``"pbo"``, ``"pbo_rgb"`` or ``"auto"`` for this call (default: the
+        renderer's ``readback``)."""
         self._check_open()
         readback = self.readback if readback is None else resolve_readback(check_readback(readback),
                                                                            self.ctx.info["GL_RENDERER"])
@@ -357,7 +358,7 @@ class Renderer:
                 target.read(n, rgba)
                 _write_frames(rgba[:n], out[start:stop], ids)
                 continue
-            queued = (target.read_async(n), out[start:stop])
+            queued = (target.read_async(n, 3 if readback == "pbo_rgb" and not ids else 4), out[start:stop])
             if pending is not None:
                 _write_mapped(*pending, ids)
             pending = queued
@@ -470,16 +471,20 @@ def _write_frames(rgba: np.ndarray, dest: np.ndarray | Sequence[np.ndarray], ids
 
     When ``dest`` is one C-contiguous array (``render``, ``render_ids``, ``render_batch`` into an array)
     the chunk is converted in one call, frames stacked as one tall image; a list of frame views (slots
-    of an observation buffer, in any order) takes one call per frame. Reading RGBA and dropping alpha
-    with OpenCV is about twice as fast as asking the driver for RGB."""
+    of an observation buffer, in any order) takes one call per frame. On llvmpipe, reading RGBA and
+    dropping alpha with OpenCV is about twice as fast as asking the driver for RGB. A chunk read as RGB
+    (``readback="pbo_rgb"``, colour frames only) is copied as it is."""
+    channels = rgba.shape[3]
     if isinstance(dest, np.ndarray) and dest.flags.c_contiguous:
         w = rgba.shape[2]
-        pairs = [(rgba.reshape(-1, w, 4), dest.reshape(-1, w) if ids else dest.reshape(-1, w, 3))]
+        pairs = [(rgba.reshape(-1, w, channels), dest.reshape(-1, w) if ids else dest.reshape(-1, w, 3))]
     else:
         pairs = list(zip(rgba, dest, strict=True))
     for src, dst in pairs:
         if ids:
             np.bitwise_and(src.view("<u4")[..., 0], 0xFFFFFF, out=dst, casting="unsafe")
+        elif channels == 3:
+            np.copyto(dst, src)
         else:
             cv2.cvtColor(src, cv2.COLOR_RGBA2RGB, dst=dst)
 
