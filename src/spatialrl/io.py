@@ -157,9 +157,9 @@ class ImageStore:
 
     ``root`` is a folder under construction (:func:`atomic_folder`, published by one rename when every file
     is in), so each image is written plainly: a temp file, rename and fsync per image (what
-    :func:`atomic_write_bytes` does) cost 2.4 ms per frame on the VM, as much as encoding it, and guarded
-    against nothing the folder's own rename does not. PNGs are encoded by OpenCV at compression level 1
-    (1.7 vs PIL's 2.1 ms for a 280x168 frame, same size; lossless either way)."""
+    :func:`atomic_write_bytes` does) guarded against nothing the folder's own rename does not. PNGs are
+    encoded by OpenCV at compression level 1 (lossless, about PIL's size). Together 1.55 ms per 280x168
+    frame against 2.43 before (VM, ``benchmarks/image_store_speed.py``, ``results/image_store_speed-vm.json``)."""
 
     def __init__(self, root: Path):
         from spatialrl.lru import LRU

@@ -83,10 +83,10 @@ def labelled_probe_states(bench: str | Path, split: str, options: dict[str, Any]
         build_sft_dataset(suite, opts, Path(tmp) / "states", seed=seed, samples="step", progress=False,
                           expert_noise=0.3, labels="all_optimal")
         data = SFTDataset(Path(tmp) / "states")
-        first: dict[str, int] = {}  # state id (episode/turn) -> its first row
-        sets: dict[str, set[str]] = {}
+        first: dict[tuple[str, int], int] = {}  # state (episode, turn) -> its first row
+        sets: dict[tuple[str, int], set[str]] = {}
         for i, row in enumerate(data.rows):
-            state = row["id"].rsplit("/", 1)[0]
+            state = (row["episode_id"], row["turns"][0])
             first.setdefault(state, i)
             sets.setdefault(state, set()).add(row["messages"][-1]["content"][0]["text"])
         order = list(first)

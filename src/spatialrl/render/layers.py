@@ -127,7 +127,7 @@ def check_readback(value: object, owner: str = "Renderer") -> str:
 
 def resolve_readback(value: str, gl_renderer: str) -> str:
     """The mode ``value`` stands for on the GL device named ``gl_renderer`` (``GL_RENDERER``): ``"auto"`` is
-    ``"sync"`` on a software rasteriser and ``"pbo"`` on a GPU; ``"sync"``/``"pbo"`` stay as they are."""
+    ``"sync"`` on a software rasteriser and ``"pbo"`` on a GPU; a named mode stays as it is."""
     if value != "auto":
         return value
     return "sync" if any(name in gl_renderer.lower() for name in SOFTWARE_RASTERISERS) else "pbo"

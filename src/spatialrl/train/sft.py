@@ -169,7 +169,7 @@ def heldout_batches(accelerator: Any, dataset: SFTDataset, collate: Collator, li
     """This process's share of the first ``limit`` held-out samples, collated once: ``true`` (every
     sample), ``originals`` (those with images, when some have none) and ``swapped`` (:func:`swap_images`),
     as lists of batches on the host. Collating is PNG decoding and the processor on the CPU: on the GPU
-    (2026-12-05, 256 samples beside three other arms) it took 45–85 s per evaluation, a third of the
+    (2026-12-05, 256 samples beside three other arms) it took 45–100 s per evaluation, a third of the
     training time at every 500 updates, against ~1 s for the forward passes — so it is done once."""
     n = min(limit, len(dataset))
     mine = [dataset[j] for j in range(accelerator.process_index, n, accelerator.num_processes)]
@@ -192,7 +192,9 @@ def stored_heldout_batches(accelerator: Any, dataset: SFTDataset, collate: Colla
     """:func:`heldout_batches`, kept in the run folder (``heldout-batches-rank<r>.pt``) so a resumed run
     (the next command of a job cut into commands) loads them instead of collating again; they are rebuilt
     when the held-out data, its share or the processor differ from the stored ones."""
-    import os
+    import io
+
+    from spatialrl.io import atomic_write_bytes
 
     key = {"eval": str(Path(dataset.root).resolve()), "rows": len(dataset), "limit": limit, "batch_size": batch_size,
            "world": accelerator.num_processes, "processor": type(collate.processor).__name__}
@@ -205,10 +207,9 @@ def stored_heldout_batches(accelerator: Any, dataset: SFTDataset, collate: Colla
         except Exception as e:  # unreadable (cut write, other torch): collate again
             print(f"{path}: not reused ({type(e).__name__}: {e})", flush=True)
     batches = heldout_batches(accelerator, dataset, collate, limit, batch_size)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".pt.part")
-    torch.save({"key": key, "batches": batches}, tmp)
-    os.replace(tmp, path)
+    buffer = io.BytesIO()
+    torch.save({"key": key, "batches": batches}, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
     return batches
 
 
