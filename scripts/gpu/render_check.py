@@ -39,8 +39,8 @@ def main() -> int:
         dt = time.perf_counter() - t0
         singles = np.stack([r.render(scene, [c])[0] for c in cams])
         ok = np.array_equal(batch, singles) and batch.std() > 0
-        # the asynchronous readbacks (issue 21): "pbo" is what readback="auto" (the default) uses on a GPU,
-        # so it must give the synchronous path's frames; "pbo_rgb" (the GL packs RGB) is reported
+        # the asynchronous readbacks (issue 21): "pbo_rgb" (the GL packs RGB) is what readback="auto" (the
+        # default) uses on a GPU, so it and "pbo" must give the synchronous path's frames
         items = [(scene, c) for c in cams] * 3  # several chunks at the larger sizes
         sync = r.render_batch(items, readback="sync")
         pbo_ok = np.array_equal(r.render_batch(items, readback="pbo"), sync)
@@ -49,7 +49,7 @@ def main() -> int:
           f"batch {'==' if ok else '!='} single; {1000 * dt / len(cams):.2f} ms/frame batched (readback "
           f"{r.readback}); pbo readback {'==' if pbo_ok else '!='} sync; pbo_rgb {'==' if rgb_ok else '!='} sync",
           flush=True)
-    return 0 if ok and pbo_ok else 1
+    return 0 if ok and pbo_ok and rgb_ok else 1
 
 
 if __name__ == "__main__":

@@ -185,7 +185,7 @@ def test_auto_readback_picks_by_device(renderer):
     from spatialrl.render.layers import resolve_readback
 
     assert resolve_readback("auto", "llvmpipe (LLVM 15.0.7, 256 bits)") == "sync"
-    assert resolve_readback("auto", "NVIDIA H100 80GB HBM3/PCIe/SSE2") == "pbo"
+    assert resolve_readback("auto", "NVIDIA H100 80GB HBM3/PCIe/SSE2") == "pbo_rgb"
     assert resolve_readback("sync", "NVIDIA H100 80GB HBM3/PCIe/SSE2") == "sync"
     assert resolve_readback("pbo", "llvmpipe (LLVM 15.0.7, 256 bits)") == "pbo"
     assert renderer.readback == resolve_readback("auto", renderer.ctx.info["GL_RENDERER"])

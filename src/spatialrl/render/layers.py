@@ -24,13 +24,15 @@ Two ways to read a chunk back (``READBACK_MODES``, the renderer's ``readback`` o
 
 - ``"pbo_rgb"``: ``"pbo"`` with the GL packing RGB (3 bytes a pixel) instead of RGBA, so the host only
   copies what it maps instead of converting it (colour frames; id frames are read as RGBA). On llvmpipe
-  the driver's packing costs more than OpenCV's conversion; whether a GPU driver packs for free is the
-  GPU run's measurement (``tvr_vector_speed.py --readback``).
+  the driver's packing costs more than OpenCV's conversion (5-8% fewer steps/s than ``"sync"``); the
+  NVIDIA driver packs it at no visible cost.
 
-``"auto"`` (the default) picks per GL device (:func:`resolve_readback`): ``"pbo"`` on a hardware GPU, where
-it measured 2.0–3.5× the vector env's steps/s (H100, 640×360, N = 256 and 1,024, 2026-12-05), ``"sync"``
-on a software rasteriser (llvmpipe), where the two overlap nothing and ``"pbo"`` measured 0–15% slower
-(``benchmarks/results/tvr_vector_speed-*readback*.json``, ``-h100-data-stage-pbo.json``).
+``"auto"`` (the default) picks per GL device (:func:`resolve_readback`): ``"pbo_rgb"`` on a hardware GPU,
+``"sync"`` on a software rasteriser (llvmpipe), where nothing overlaps and ``"pbo"`` measured 0-15% slower
+(``benchmarks/results/tvr_vector_speed-*readback*.json``). On the H100 (640x360, the vector env during
+the data stage, 2026-12-05, one sample per row under load) sync / pbo / pbo_rgb ran N = 256: 1,367 /
+2,776 / 2,805 steps/s (0.75 / 0.38 / 0.36 host ms a step), N = 1,024: 1,208 / 3,079 / 3,593 (0.73 / 0.34 /
+0.28) (``-h100-data-stage-rgb.json``).
 """
 
 from __future__ import annotations
@@ -127,10 +129,10 @@ def check_readback(value: object, owner: str = "Renderer") -> str:
 
 def resolve_readback(value: str, gl_renderer: str) -> str:
     """The mode ``value`` stands for on the GL device named ``gl_renderer`` (``GL_RENDERER``): ``"auto"`` is
-    ``"sync"`` on a software rasteriser and ``"pbo"`` on a GPU; a named mode stays as it is."""
+    ``"sync"`` on a software rasteriser and ``"pbo_rgb"`` on a GPU; a named mode stays as it is."""
     if value != "auto":
         return value
-    return "sync" if any(name in gl_renderer.lower() for name in SOFTWARE_RASTERISERS) else "pbo"
+    return "sync" if any(name in gl_renderer.lower() for name in SOFTWARE_RASTERISERS) else "pbo_rgb"
 
 
 def can_read_sub_image(ctx: Any) -> bool:

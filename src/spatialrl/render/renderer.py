@@ -136,8 +136,9 @@ class Renderer:
     at the price of some shimmer on distant floors.
     ``readback`` is how chunks of frames come back to the host: ``"sync"`` waits for each chunk;
     ``"pbo"`` reads each chunk into a GL pixel buffer and picks it up after issuing the next chunk's
-    draws, so the wait overlaps drawing (same pixels; see ``render/layers.py``); ``"auto"`` (default)
-    is ``"pbo"`` on a GPU and ``"sync"`` on a software rasteriser (``resolve_readback``).
+    draws, so the wait overlaps drawing (same pixels; see ``render/layers.py``); ``"pbo_rgb"``: the same
+    with the GL packing RGB, so the host copies instead of converting; ``"auto"`` (default) is
+    ``"pbo_rgb"`` on a GPU and ``"sync"`` on a software rasteriser (``resolve_readback``).
     """
 
     def __init__(self, width: int, height: int, *, device: int | None = None, samples: int = 0,
@@ -156,7 +157,7 @@ class Renderer:
         _current.ctx = self.ctx  # creating a context makes it current
         self.closed = False
         self.device_name = f"{self.ctx.info['GL_RENDERER']} / {self.ctx.info['GL_VERSION']}"
-        self.readback = resolve_readback(readback, self.ctx.info["GL_RENDERER"])  # "sync" or "pbo"
+        self.readback = resolve_readback(readback, self.ctx.info["GL_RENDERER"])  # "sync" or "pbo_rgb"
         self._max_size = int(self.ctx.info["GL_MAX_TEXTURE_SIZE"])
         self._max_layers = int(self.ctx.info["GL_MAX_ARRAY_TEXTURE_LAYERS"])
         if self.width > self._max_size or self.height > self._max_size:

@@ -29,8 +29,8 @@ views) and renders the cache misses in one ``Renderer.render_batch`` call over a
 into the observation buffer (``RenderService.render_into``; see ``docs/rendering.md``). The frame cache is
 the process-wide one of ``TVREnv`` (``cache_mb``; 0 = off). ``readback`` picks how the rendered chunks
 come back from the GL (``Renderer.render_batch``): ``"sync"``, ``"pbo"`` (asynchronous pixel-buffer
-readback overlapping the next chunk's draws) or ``"auto"`` (default: ``"pbo"`` on a GPU, ``"sync"`` on
-llvmpipe); same frames either way.
+readback overlapping the next chunk's draws), ``"pbo_rgb"`` (the same, packed RGB by the GL) or ``"auto"``
+(default: ``"pbo_rgb"`` on a GPU, ``"sync"`` on llvmpipe); same frames either way.
 
 Buffers: with ``copy=True`` (default) every call returns arrays the env never writes again — a new
 observation array rendered into directly, and a target-image array replaced (copy on write) only when
