@@ -34,6 +34,7 @@
 #          VIRL_NOISE > 0 (default 0) adds retry turns: a noisy expert's wrong answer, the verifier's
 #          retry message, the right answer as label (the wrong one context only). Off by default: a CPU
 #          fine-tune on such data raised retry accuracy but lowered validation success (docs/training.md);
+#          the arm virl-retry trains on such shards (virlr-*, VIRL_RETRY_NOISE, default 0.15) beside virl-pre;
 #          VIRL_NOTEXT=n (default 0): the last n cities' episodes with the vision-required prompt
 #          (intersection_in_text=false), so the model also works where the text does not name intersections
 #   TVR    NBENCH benches (seeds 101..; sft split only; TVR_SCENES houses each: 100 since the second
@@ -93,6 +94,7 @@ else
 fi
 EXPERT_NOISE=${EXPERT_NOISE:-0.3}
 VIRL_NOISE=${VIRL_NOISE:-0}
+VIRL_RETRY_NOISE=${VIRL_RETRY_NOISE:-0.15}  # the virl-retry arm's share of turns with a wrong answer first
 # DATA_ROUND r: the training cities and benches get seeds 100r+101.. (r=0: 101..108), so a session that
 # continues training (INIT=<folder>) sees houses and routes no earlier round saw; never the held-out
 # seeds 0 (eval bench), 1 (validation bench), 7 and 8 (eval cities).
@@ -115,13 +117,14 @@ arm() {  # name → "recipe batch-size task memory kind...": kinds are the shard
   case $1 in
     virl-sft) echo "virl_small.yaml $BS_VIRL virl - virl" ;;
     virl-pre) echo "virl_small.yaml $BS_VIRL virl - virl vpre" ;;     # + destination pairs (virl pretrain-data)
+    virl-retry) echo "virl_small.yaml $BS_VIRL virl - virlr vpre" ;;  # virl-pre with retry turns (VIRL_RETRY_NOISE)
     tvr-ao-sft) echo "tvr_ao_small.yaml $BS_AO tvr ao ao" ;;          # noisy expert, look-first labels
     tvr-va-sft) echo "tvr_va_small.yaml $BS_VA tvr va va" ;;
     tvr-ao-allopt) echo "tvr_ao_small.yaml $BS_AO tvr ao aoall" ;;    # every optimal action as a label
     tvr-ao-pre) echo "tvr_ao_small.yaml $BS_AO tvr ao ao pre" ;;      # + visual pretraining pairs mixed in
     tvr-ao-dagger) echo "tvr_ao_small.yaml $BS_AO tvr ao ao dag" ;;   # + DAgger: DAGGER_AGENT's own states
     tvr-ao-h0) echo "tvr_ao_small.yaml $BS_AO tvr ao aoh0" ;;         # no action history, every optimal label
-    *) echo "unknown arm $1 (virl-sft virl-pre tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre tvr-ao-dagger tvr-ao-h0)" >&2; return 1 ;;
+    *) echo "unknown arm $1 (virl-sft virl-pre virl-retry tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre tvr-ao-dagger tvr-ao-h0)" >&2; return 1 ;;
   esac
 }
 for a in $ARMS; do arm "$a" > /dev/null || exit 2; done
@@ -161,7 +164,7 @@ data_time() {  # when each piece of the data stage was done (logs/data-times.txt
 shards_settled() {  # arm: have all shards of all its kinds settled?
   local kind n
   for kind in $(arm "$1" | cut -d' ' -f5-); do
-    case $kind in virl|vpre) n=$NCITY ;; *) n=$NBENCH ;; esac
+    case $kind in virl|virlr|vpre) n=$NCITY ;; *) n=$NBENCH ;; esac
     [ "$(find "$WORK/data" -maxdepth 1 -name ".settled-$kind-*" | wc -l)" -ge "$n" ] || return 1
   done
 }
@@ -174,13 +177,18 @@ virl_shard() {  # k: a metro city of seed 100+k and its expert episodes
   # (and so the model's recorded eval settings) take
   [ "$k" -gt $(( NCITY - ${VIRL_NOTEXT:-0} )) ] && [ "$k" -gt 1 ] && iit=false
   [ -f "$city/route_infos.json" ] || make_city metro "$CITY_ROUTES" $((SEED0 + k)) "$city" > "$LOGS/city-$k.log" 2>&1 \
-    || { stamp "FAILED: city $k"; settle virl "$k"; settle vpre "$k"; return; }
+    || { stamp "FAILED: city $k"; settle virl "$k"; settle virlr "$k"; settle vpre "$k"; return; }
   data_time "city-$k ready"
-  spatialrl data sft --task virl --data "$city" --split in-dist --set episodes="$VIRL_EPISODES" --set seed=$((10 * SEED0 + k)) \
-    --set grid_size=$GRID --set intersection_in_text=$iit --expert-noise "$VIRL_NOISE" --seed $((10 * SEED0 + k)) \
-    --out "$WORK/data/virl-$k" --overwrite --batch-size 32 > "$LOGS/data-virl-$k.log" 2>&1 \
-    || stamp "FAILED: virl data $k"
-  settle virl "$k"
+  local episodes=(--task virl --data "$city" --split in-dist --set episodes="$VIRL_EPISODES" --set seed=$((10 * SEED0 + k))
+                  --set grid_size=$GRID --set intersection_in_text=$iit --seed $((10 * SEED0 + k)) --overwrite --batch-size 32)
+  if needs virl; then spatialrl data sft "${episodes[@]}" --expert-noise "$VIRL_NOISE" --out "$WORK/data/virl-$k" \
+      > "$LOGS/data-virl-$k.log" 2>&1 || stamp "FAILED: virl data $k"; settle virl "$k"; fi &
+  # the same episodes with retry turns (a noisy expert's wrong answer, the verifier's message, the right
+  # answer as label): every first mistake of the shipped model ends its episode (retry accuracy 0/28 on the
+  # validation city, 2026-12-05, seventh session)
+  if needs virlr; then spatialrl data sft "${episodes[@]}" --expert-noise "$VIRL_RETRY_NOISE" --out "$WORK/data/virlr-$k" \
+      > "$LOGS/data-virlr-$k.log" 2>&1 || stamp "FAILED: virlr data $k"; settle virlr "$k"; fi &
+  wait
   # simulator-labelled destination questions on the same city (have I reached X? which view shows X?):
   # the stop at the destination is the decision the street view alone can make (docs/virl.md)
   if needs vpre; then spatialrl virl pretrain-data --data "$city" --pairs "$VPRE_PAIRS" --seed $((10 * SEED0 + k)) \
@@ -232,7 +240,7 @@ val_data() {  # held-out SFT data for the trainers' image-use curve (heldout/los
     if needs va; then spatialrl data sft "${common[@]}" --set memory=va --out "$WORK/data/val-va" \
         > "$LOGS/data-val-va.log" 2>&1 || stamp "FAILED: val-va data"; fi &
   fi
-  if needs virl; then
+  if needs virl || needs virlr; then
     { [ -f "$city/route_infos.json" ] || make_city metro "$VAL_ROUTES" 9 "$city" > "$LOGS/city-val.log" 2>&1; } \
       && spatialrl data sft --task virl --data "$city" --split in-dist --set episodes="$VAL_ROUTES" --set seed=9 \
         --set grid_size=$GRID --out "$WORK/data/val-virl" --overwrite --batch-size 32 > "$LOGS/data-val-virl.log" 2>&1 \
@@ -304,6 +312,7 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
   # held-out data of the arm's first kind where val_data builds some (val-virl, val-ao, val-va, val-aoh0:
   # the memoryless arm's prompts have no history), else of its memory mode (tvr-ao-allopt: val-ao)
   local memory kind val; read -r _ _ _ memory kind _ <<< "$(arm "$name")"
+  [ "$kind" = virlr ] && kind=virl  # retry shards: held out on the plain validation episodes
   val=$WORK/data/val-$kind; [ -f "$val/meta.json" ] || val=$WORK/data/val-$memory
   # the image-use curve on held-out data, VAL_SAMPLES per evaluation (VA samples are whole trajectories:
   # fewer, VAL_SAMPLES_VA)
