@@ -369,11 +369,20 @@ stage_data() {
         --steps 3000 --eval-every 100 --batch-size 64 --tag shipped-size-b64 --out "$WORK/eval" \
         > "$LOGS/vision_learnability-during-data.log" 2>&1 & )
   fi
+  if [ "$SMOKE" != 1 ] && [ "${VECTOR_WORKERS_BENCH:-1}" = 1 ]; then
+    # issue 21 while the host is still quiet (~1 minute, before the data stage takes the 16 cores): N = 1,024
+    # envs at 640x360 in one process and over k worker processes on the one GPU (ShardedVectorEnv), since one
+    # host core bounds one process (3,593 steps/s with pbo_rgb on the H100, 2026-12-05)
+    ( cd "$ROOT/benchmarks" && timeout "${VECTOR_WORKERS_BENCH_S:-100}" "$PY" -u tvr_vector_speed.py --sizes 640x360 \
+        --num-envs 1024 --steps 8192 --repeats 1 --readback pbo_rgb --env-workers 1 2 4 8 --tag workers --out "$LOGS" \
+        > "$LOGS/tvr_vector_speed-workers.log" 2>&1 ) || stamp "FAILED or cut: vector env workers rows (logs/tvr_vector_speed-workers.log)"
+    stamp "vector env workers rows: $(grep -c "vector N=1024" "$LOGS/tvr_vector_speed-workers.log") of 4 (logs/tvr_vector_speed-workers.log)"
+  fi
   if [ "$SMOKE" != 1 ] && [ "${PROFILE_DURING_DATA:-1}" = 1 ]; then
     # issue 21 on the idle GPU (~1-2 of 16 cores): where a TVRVectorEnv step's host time goes at 640x360,
     # N = 1,024 (cProfile: logs/tvr_vector_profile-gpu-data-stage.txt) and the rows beside it
     ( cd "$ROOT/benchmarks" && timeout "${PROFILE_DURING_DATA_S:-300}" "$PY" -u tvr_vector_speed.py --sizes 640x360 \
-        --num-envs 256 1024 --steps 4096 --repeats 1 --readback sync pbo pbo_rgb --profile 1024 --tag data-stage --out "$LOGS" \
+        --num-envs 1024 --steps 4096 --repeats 1 --readback pbo_rgb --profile 1024 --tag data-stage --out "$LOGS" \
         > "$LOGS/tvr_vector_speed-during-data.log" 2>&1 & )
   fi
   val_data &

@@ -8,8 +8,11 @@ Options (``--data``, ``--split``, ``--set key=value``):
 ``limit`` (episodes, taken round-robin over categories so a small limit still covers all four) ·
 ``categories`` (list or comma-separated, e.g. ``single-easy,multi-hard``) · ``vector_env`` (default true:
 the rollout core steps all slots through one ``TVRVectorEnv``, every frame of a turn in one batched render;
-the episodes are the same as with one ``TVREnv`` per slot, tested; ``false`` goes back to one env per slot).
-``vector_env`` is not among ``DEFAULT_OPTIONS`` so that runs made before it existed resume unchanged.
+the episodes are the same as with one ``TVREnv`` per slot, tested; ``false`` goes back to one env per slot) ·
+``env_workers`` (default 1: that vector env in this process; k > 1: a ``ShardedVectorEnv`` of k worker
+processes, each with its own ``TVRVectorEnv`` of about n/k envs and its own GL context, rendering into one
+shared observation array, so the host side of a step uses k cores; same episodes, tested).
+``vector_env`` and ``env_workers`` are not among ``DEFAULT_OPTIONS`` so that runs made before them resume unchanged.
 """
 
 from __future__ import annotations
@@ -44,11 +47,11 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "expert_tie_break": "look_first",  # among equally optimal actions: look_first | canonical (oracle.py)
 }
 # Runtime choices that change no result and are not in DEFAULT_OPTIONS (a run's options stay as they were).
-_RUNTIME = {"vector_env": True}
+_RUNTIME = {"vector_env": True, "env_workers": 1}
 _KNOWN = set(DEFAULT_OPTIONS) | set(_RUNTIME)
 _CHOICES = {"memory": MEMORY_MODES, "distance": ("euclidean", "geodesic")}  # split: the bench says which it has
 _MINIMUM = {"history_len": 0, "window": 1, "width": 16, "height": 16, "cache_mb": 0, "max_steps_single": 1,
-            "max_steps_multi": 1}
+            "max_steps_multi": 1, "env_workers": 1}
 
 
 def _options(options: dict[str, Any]) -> dict[str, Any]:
@@ -85,17 +88,27 @@ def make_env(options: dict[str, Any]):
 def make_vector_env(options: dict[str, Any], n: int):
     """``n`` TVR envs in one ``TVRVectorEnv`` (the rollout core's batch path), or None with ``vector_env=false``.
     Autoreset is off (the core starts each slot's episode), buffers are the env's own (the core copies
-    each slot's frames out) and the target image comes with resets only (the core keeps it per slot)."""
+    each slot's frames out) and the target image comes with resets only (the core keeps it per slot).
+    With ``env_workers=k > 1``: a ``ShardedVectorEnv`` of ``min(k, n)`` near-equal shards, each such a
+    ``TVRVectorEnv`` in its own process, rendering straight into the shared observation array."""
+    import functools
+
     from spatialrl.envs.tvr.vector import TVRVectorEnv
 
     o = _options(options)
     if not o["vector_env"]:
         return None
-    return TVRVectorEnv(n, bench=o["data"], split=o["split"], width=o["width"], height=o["height"],
-                        badges=o["badges"], cache_mb=o["cache_mb"], max_steps_single=o["max_steps_single"],
-                        max_steps_multi=o["max_steps_multi"], distance=o["distance"],
-                        expert_tie_break=o["expert_tie_break"], autoreset_mode="Disabled", copy=False,
-                        step_target_image=False)
+    make = functools.partial(TVRVectorEnv, bench=o["data"], split=o["split"], width=o["width"], height=o["height"],
+                             badges=o["badges"], cache_mb=o["cache_mb"], max_steps_single=o["max_steps_single"],
+                             max_steps_multi=o["max_steps_multi"], distance=o["distance"],
+                             expert_tie_break=o["expert_tie_break"], autoreset_mode="Disabled", copy=False,
+                             step_target_image=False)
+    k = min(o["env_workers"], n)
+    if k <= 1:
+        return make(n)
+    from spatialrl.envs.sharded import ShardedVectorEnv
+
+    return ShardedVectorEnv(make, [n // k + (j < n % k) for j in range(k)], copy=False)
 
 
 def make_prompter(options: dict[str, Any]) -> TVRPrompter:

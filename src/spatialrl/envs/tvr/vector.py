@@ -36,10 +36,12 @@ Buffers: with ``copy=True`` (default) every call returns arrays the env never wr
 observation array rendered into directly, and a target-image array replaced (copy on write) only when
 some env reset — marked read-only like ``TVREnv``'s frames, so no frame is copied just to hand it out
 (a 640x360 copy of 64 frames costs more than 10% of a step). ``copy=False`` returns the env's own
-buffers, overwritten in place by the next call. ``step_target_image=False`` (Disabled autoreset only)
-leaves ``target_image`` out of step infos: it is the reset's for the whole episode, and building the
-masked (N, H, W, 3) array at every step is what the rollout core's adapter (which keeps each slot's
-target from its reset, ``episode_info_keys``) would throw away.
+buffers, overwritten in place by the next call (``use_observation_buffer`` and ``use_info_buffer`` make
+the observation and target buffers ones the caller gives, e.g. shared memory).
+``step_target_image=False`` (Disabled autoreset only) leaves ``target_image`` out of step infos: it is
+the reset's for the whole episode, and building the masked (N, H, W, 3) array at every step is what the
+rollout core's adapter (which keeps each slot's target from its reset, ``episode_info_keys``) would
+throw away.
 """
 
 from __future__ import annotations
@@ -187,6 +189,26 @@ class TVRVectorEnv(VectorEnv):
     def close_extras(self, **kwargs: Any) -> None:
         self.episodes = [None] * self.num_envs
 
+    def use_observation_buffer(self, buffer: np.ndarray) -> bool:
+        """Render observations straight into ``buffer`` (``(N, H, W, 3)`` uint8, C-contiguous) from now on,
+        e.g. a ``ShardedVectorEnv`` worker's rows of the shared observation array, so no frame is copied
+        after the GL wrote it: the current frames are copied in once, and every call returns ``buffer``,
+        overwritten in place. Only with ``copy=False`` (``copy=True`` hands out arrays it never writes
+        again); returns whether the env took the buffer."""
+        if self.copy:
+            return False
+        self._obs = self._take_buffer(self._obs, buffer, "use_observation_buffer")
+        return True
+
+    def use_info_buffer(self, key: str, buffer: np.ndarray) -> bool:
+        """``use_observation_buffer`` for the info key ``target_image`` (the target views, same shape): targets
+        are rendered into ``buffer``, and infos hold ``buffer`` itself whenever every env contributed.
+        Only with ``copy=False``; returns whether the env took the buffer (False for any other key)."""
+        if self.copy or key != "target_image":
+            return False
+        self._targets = self._take_buffer(self._targets, buffer, "use_info_buffer")
+        return True
+
     # -- helpers --------------------------------------------------------------------------------------
     def _per_env_options(self, options: dict[str, Any]) -> list[dict[str, Any]]:
         n = self.num_envs
@@ -229,6 +251,15 @@ class TVRVectorEnv(VectorEnv):
         """With ``copy``: a new observation buffer for this call (``keep``: with the last frames in it)."""
         if self.copy:
             self._obs = self._obs.copy() if keep else np.empty_like(self._obs)
+
+    @staticmethod
+    def _take_buffer(current: np.ndarray, buffer: np.ndarray, owner: str) -> np.ndarray:
+        if not (isinstance(buffer, np.ndarray) and buffer.shape == current.shape and buffer.dtype == current.dtype
+                and buffer.flags.c_contiguous and buffer.flags.writeable):
+            raise ValueError(f"TVRVectorEnv.{owner} needs a writeable C-contiguous uint8 array of shape {current.shape}, "
+                             f"got {getattr(buffer, 'dtype', type(buffer).__name__)}{getattr(buffer, 'shape', '')}")
+        buffer[...] = current
+        return buffer
 
     def _out_obs(self) -> np.ndarray:
         if self.copy:
