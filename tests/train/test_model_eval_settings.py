@@ -20,8 +20,9 @@ def test_shipped_models_record_their_settings():
     assert {k: va[k] for k in ("width", "height", "memory", "history_len")} == {
         "width": 280, "height": 168, "memory": "va", "history_len": 5}
     assert model_eval_settings("builtin:tvr-ao-sft")["options"]["memory"] == "ao"
-    assert model_eval_settings("builtin:virl-sft") == {"task": "virl", "options": {"grid_size": 224, "mode": "vl"},
-                                                       "max_new_tokens": 96}
+    # intersection_in_text is recorded since the model also trained with the vision-required prompt (false)
+    assert model_eval_settings("builtin:virl-sft") == {"task": "virl", "options": {
+        "grid_size": 224, "mode": "vl", "intersection_in_text": True}, "max_new_tokens": 96}
     assert model_eval_settings("builtin:small-random") is None and model_eval_settings("expert") is None
 
 

@@ -264,6 +264,23 @@ def find_resume_checkpoint(output_dir: str | Path, resume: str) -> Path | None:
     return path
 
 
+def _cast_keeping_ties(state: dict[str, Any], dtype: Any) -> dict[str, Any]:
+    """``state`` with floating tensors cast to ``dtype``, tensors that shared memory still sharing it: a
+    plain per-key cast gives tied weights (the LM head and the embeddings) two copies, which
+    ``save_pretrained`` then writes twice (0.65 MB more per shipped bf16 model, 2026-12-05)."""
+    cast: dict[tuple, Any] = {}
+    out = {}
+    for k, v in state.items():
+        if not v.is_floating_point():
+            out[k] = v
+            continue
+        key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape), tuple(v.stride()))
+        if key not in cast:
+            cast[key] = v.to(dtype)
+        out[k] = cast[key]
+    return out
+
+
 def save_hf_model(accelerator: Any, model: Any, processor: Any, out: Path, merge_lora: bool = True,
                   dtype: str = "float32", meta: dict[str, Any] | None = None, skip: tuple[str, ...] = ()) -> None:
     """Write model + processor in the Hugging Face layout: full weights (LoRA merged unless
@@ -290,8 +307,7 @@ def save_hf_model(accelerator: Any, model: Any, processor: Any, out: Path, merge
             state = {k: v for k, v in (clone.state_dict() if state is None else state).items() if not k.startswith(skip)}
         if target != torch.float32:
             clone = copy.deepcopy(clone).to(target)
-            state = None if state is None else {k: v.to(target) if v.is_floating_point() else v
-                                                for k, v in state.items()}
+            state = None if state is None else _cast_keeping_ties(state, target)
         clone.save_pretrained(out, state_dict=state, safe_serialization=True)
     processor.save_pretrained(out)
     if meta is not None:
