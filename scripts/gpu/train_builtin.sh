@@ -284,7 +284,7 @@ compile_arm() {  # name: its dataset compiled for the tensor engine now, as the 
   if "$PY" "$ROOT/scripts/gpu/compile_data.py" "$ROOT/configs/sft/$recipe" "$WORK/data/$name" \
       --workers $(( 15 / N_ARMS > 0 ? 15 / N_ARMS : 1 )) "${TRAIN_EXTRA[@]}" "${MODEL_ARGS[@]}" \
       > "$LOGS/compile-$name.log" 2>&1; then
-    stamp "$(tail -n 1 "$LOGS/compile-$name.log")"
+    stamp "$(tail -n 1 "$LOGS/compile-$name.log"); disk used / free: $(df -h --output=used,avail "$WORK" | tail -n 1)"
   else stamp "FAILED: compile $name (logs/compile-$name.log); the trainer will compile on its start"
   fi
 }
