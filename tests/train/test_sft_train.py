@@ -129,6 +129,8 @@ def test_lora_with_a_frozen_vision_tower(tmp_path, tvr_ao_data, tiny_builtin):
     metrics = [json.loads(x) for x in (tmp_path / "lora" / "metrics.jsonl").read_text().splitlines()]
     setup = metrics[0]
     assert 0 < setup["setup/params_trainable"] < setup["setup/params_total"] / 5
+    windows = [m for m in metrics if "train/samples_per_s" in m]  # what bounds a run: the input or the model
+    assert windows and all(0.0 < m["train/data_wait_share"] < 1.0 for m in windows)
 
 
 def test_closed_loop_eval_during_training(tmp_path, gp_data, tiny_builtin):

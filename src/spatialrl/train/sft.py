@@ -336,7 +336,9 @@ def train(cfg: SFTConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
         if run.budget_s > 0 and now >= run.budget_s:
             break
         lr = set_lr(step, now)
+        fetch_t0 = time.perf_counter()
         group = [{k: v.to(acc.device) for k, v in next(batches).items()} for _ in range(G)]
+        window["data_wait"] += time.perf_counter() - fetch_t0
         counts = [supervised_tokens(b) for b in group]  # (weighted, real): equal without sample weights
         local = torch.tensor([sum(c[0] for c in counts), sum(c[1] for c in counts)], device=acc.device,
                              dtype=torch.float64)
@@ -388,7 +390,8 @@ def train(cfg: SFTConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
 
 def new_window() -> dict[str, float]:
     """Sums over the updates since the last log line (``tokens`` weighted as the loss, ``real_tokens`` not)."""
-    return {"loss": 0.0, "tokens": 0.0, "correct": 0.0, "real_tokens": 0.0, "samples": 0, "t0": time.perf_counter()}
+    return {"loss": 0.0, "tokens": 0.0, "correct": 0.0, "real_tokens": 0.0, "samples": 0, "data_wait": 0.0,
+            "t0": time.perf_counter()}
 
 
 def window_metrics(window: dict[str, float], lr: float, epoch: float, grad_norm: float | None) -> dict[str, float]:
@@ -397,7 +400,11 @@ def window_metrics(window: dict[str, float], lr: float, epoch: float, grad_norm:
            "train/token_accuracy": window["correct"] / max(1.0, window["tokens"]),
            "train/lr": lr, "train/epoch": epoch,
            "train/samples_per_s": window["samples"] / max(dt, 1e-9),
-           "train/tokens_per_s": window.get("real_tokens", window["tokens"]) / max(dt, 1e-9)}
+           "train/tokens_per_s": window.get("real_tokens", window["tokens"]) / max(dt, 1e-9),
+           # the share of the time spent waiting for the next batches (the batch source and the copy to the
+           # device): near 1 the input pipeline bounds the run, near 0 the model does (the loop syncs with
+           # the device once per update, so the model's time is not hidden in it)
+           "train/data_wait_share": window.get("data_wait", 0.0) / max(dt, 1e-9)}
     if grad_norm is not None:
         out["train/grad_norm"] = grad_norm
     return out
