@@ -80,11 +80,11 @@ def vector_rate(bench_dir: Path, w: int, h: int, n: int, n_steps: int, seed: int
     off, after a warm-up; with ``workers`` > 1 a ShardedVectorEnv over that many processes (their CPU time
     counted in the second number: the third is the parent's alone, the part that does not spread)."""
     if workers > 1:
-        from spatialrl.envs.sharded import ShardedVectorEnv
+        from spatialrl.envs.sharded import ShardedVectorEnv, even_sizes
 
         shard = functools.partial(TVRVectorEnv, bench=bench_dir, split="eval", width=w, height=h, cache_mb=0,
                                   readback=readback, copy=False)
-        env = ShardedVectorEnv(shard, [n // workers + (j < n % workers) for j in range(workers)], copy=False)
+        env = ShardedVectorEnv(shard, even_sizes(n, workers), copy=False)
         pids = env.pids
     else:
         env = TVRVectorEnv(n, bench=bench_dir, split="eval", width=w, height=h, cache_mb=0, readback=readback)

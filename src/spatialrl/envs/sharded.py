@@ -83,6 +83,12 @@ CONTEXTS = ("spawn", "forkserver")
 CLOSE_TIMEOUT_S = 10.0  # how long close() waits for a worker to close its shard before terminating it
 
 
+def even_sizes(n: int, k: int) -> list[int]:
+    """``n`` envs over ``min(k, n)`` shards of near-equal size (the first ``n % k`` one env larger)."""
+    k = max(1, min(k, n))
+    return [n // k + (j < n % k) for j in range(k)]
+
+
 class ShardError(RuntimeError):
     """A shard's worker failed (or died) in a call. ``shard``: its index; ``envs``: its env indices;
     ``command``: the call; ``worker_traceback``: the worker's traceback text ('' when it died)."""

@@ -106,9 +106,9 @@ def make_vector_env(options: dict[str, Any], n: int):
     k = min(o["env_workers"], n)
     if k <= 1:
         return make(n)
-    from spatialrl.envs.sharded import ShardedVectorEnv
+    from spatialrl.envs.sharded import ShardedVectorEnv, even_sizes
 
-    return ShardedVectorEnv(make, [n // k + (j < n % k) for j in range(k)], copy=False)
+    return ShardedVectorEnv(make, even_sizes(n, k), copy=False)
 
 
 def make_prompter(options: dict[str, Any]) -> TVRPrompter:
