@@ -63,18 +63,16 @@ import functools
 import multiprocessing as mp
 import os
 import pickle
-import signal
-import tempfile
-import threading
 import time
-import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import CloudpickleWrapper, batch_space, clear_mpi_env_vars
+
+from spatialrl.envs.shard_worker import InShared, Rows, map_shared, shared_file, sigint_ignored, worker_main
 
 # Reset options holding one entry per env, sliced per shard: gymnasium's reset_mask, the rollout core's
 # per_env (spatialrl.envs.vector) and TVR's task_ids / tasks. Every other option goes to all shards.
@@ -132,165 +130,6 @@ def merge_infos(parts: Sequence[tuple[dict[str, Any] | None, int]]) -> dict[str,
     return out
 
 
-# -- the worker process ----------------------------------------------------------------------------------
-def _error(exc: BaseException) -> tuple[str, str, str, bytes | None]:
-    try:
-        blob: bytes | None = pickle.dumps(exc)
-    except Exception:  # an exception that does not pickle still gets its type, message and traceback across
-        blob = None
-    return type(exc).__qualname__, str(exc), traceback.format_exc(), blob
-
-
-def _describe(env: Any) -> dict[str, Any]:
-    keys = getattr(env, "episode_info_keys", None)
-    return {"num_envs": int(env.num_envs), "single_observation_space": env.single_observation_space,
-            "single_action_space": env.single_action_space, "metadata": dict(getattr(env, "metadata", None) or {}),
-            "autoreset_mode": getattr(env, "autoreset_mode", None),
-            "episode_info_keys": None if keys is None else tuple(keys)}
-
-
-def _map(path: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    # A plain ndarray view of the memmap: its base keeps the mapping alive as long as any view lives.
-    return np.memmap(path, dtype=dtype, mode="r+", shape=shape).view(np.ndarray)
-
-
-class _InShared:
-    """Stands for a shared info key's value in a worker's reply: it is in the worker's rows of the shared array."""
-
-
-class _Rows:
-    """A shared info key's value sent sparsely: the rows ``index`` (its ``_key`` mask) hold ``values``, the
-    others zeros."""
-
-    def __init__(self, index: np.ndarray, values: np.ndarray):
-        self.index, self.values = index, values
-
-
-class _SharedInfos:
-    """A worker's side of the shared info arrays: its rows of each key's array, whether the shard renders
-    into them (``use_info_buffer``), and the last array it copied in (not copied again while unchanged)."""
-
-    def __init__(self, env: Any, size: int):
-        self.env, self.size = env, size
-        self.rows: dict[str, np.ndarray] = {}
-        self.in_place: dict[str, bool] = {}
-        self.last: dict[str, np.ndarray] = {}
-
-    def attach(self, key: str, path: str, shape: tuple[int, ...], dtype: np.dtype, start: int) -> None:
-        rows = self.rows[key] = _map(path, shape, dtype)[start:start + self.size]
-        use = getattr(self.env, "use_info_buffer", None)
-        self.in_place[key] = bool(use(key, rows)) if callable(use) else False
-
-    def encode(self, info: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
-        for key in keys:
-            value, rows = info.get(key), self.rows.get(key)
-            if not (isinstance(value, np.ndarray) and value.shape[:1] == (self.size,)):
-                continue
-            if rows is not None and value is rows:
-                info[key] = _InShared()
-            elif rows is not None and not self.in_place[key] and value.shape == rows.shape and value.dtype == rows.dtype:
-                if not (value is self.last.get(key) and not value.flags.writeable):  # read-only: unchanged
-                    rows[...] = value
-                    self.last[key] = value
-                info[key] = _InShared()
-            else:
-                mask = info.get(f"_{key}")
-                if isinstance(mask, np.ndarray) and not mask.all():
-                    index = np.flatnonzero(mask)
-                    info[key] = _Rows(index, value[index])
-        return info
-
-
-def _worker(index: int, make_shard: CloudpickleWrapper, size: int, conn: Any, info_keys: Sequence[str] | None) -> None:
-    """Build shard ``index`` (``size`` envs), say what it is, then serve the parent's calls until "close"
-    or until the parent is gone (EOF on the pipe). Each call is ``(command, data, shared info arrays to map
-    first)``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; its close() ends this process
-    env = None
-    try:
-        try:
-            env = make_shard.fn(size)
-            if int(env.num_envs) != size:
-                raise ValueError(f"make_shard({size}) made a vector env of {env.num_envs} envs")
-            meta = _describe(env)
-            keys = tuple(meta["episode_info_keys"] or ()) if info_keys is None else tuple(info_keys)
-            conn.send(("ok", meta))
-        except Exception as exc:
-            conn.send(("error", _error(exc)))
-            return
-        rows: np.ndarray | None = None
-        start = 0
-        shared = _SharedInfos(env, size)
-        while True:
-            try:
-                command, data, attach_infos = conn.recv()
-            except (EOFError, OSError):
-                return
-            if command == "close":
-                env.close()
-                env = None
-                conn.send(("ok", None))
-                return
-            try:
-                for key, *where in attach_infos:
-                    shared.attach(key, *where, start)
-                if command == "attach":  # map the shared observations; let the shard render into its rows
-                    start = data[3]
-                    rows = _map(*data[:3])[start:start + size]
-                    use = getattr(env, "use_observation_buffer", None)
-                    result: Any = bool(use(rows)) if callable(use) else False
-                elif command == "noop":  # a call for other shards that brought shared arrays to map
-                    result = None
-                elif command == "reset":
-                    obs, info = env.reset(seed=data[0], options=data[1])
-                    result = shared.encode(info, keys)
-                elif command == "step":
-                    obs, reward, terminated, truncated, info = env.step(data)
-                    result = (np.asarray(reward), np.asarray(terminated), np.asarray(truncated), shared.encode(info, keys))
-                else:
-                    raise ValueError(f"unknown command {command!r}")
-                if command in ("reset", "step") and obs is not rows:  # a shard that rendered into its rows is done
-                    rows[...] = obs
-            except Exception as exc:
-                conn.send(("error", _error(exc)))
-            else:
-                conn.send(("ok", result))
-    finally:
-        if env is not None:
-            with contextlib.suppress(Exception):
-                env.close()
-
-
-@contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Start workers with SIGINT ignored: the disposition survives exec, so a spawned worker still importing
-    its modules is not interrupted by Ctrl-C either (Python keeps an ignored SIGINT ignored)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def _shared_file(nbytes: int) -> str:
-    """A new file of ``nbytes`` in /dev/shm (RAM), or in the temp folder when /dev/shm is missing or too small
-    (a container's default is 64 MiB; 1,024 frames of 640x360 are 708 MB)."""
-    folder = None
-    with contextlib.suppress(OSError):
-        st = os.statvfs("/dev/shm")
-        if st.f_bavail * st.f_frsize >= nbytes:
-            folder = "/dev/shm"
-    fd, path = tempfile.mkstemp(prefix="spatialrl-sharded-", dir=folder)
-    try:
-        os.ftruncate(fd, nbytes)
-    finally:
-        os.close(fd)
-    return path
-
-
 # -- the parent ------------------------------------------------------------------------------------------
 class ShardedVectorEnv(VectorEnv):
     __doc__ = __doc__
@@ -319,11 +158,11 @@ class ShardedVectorEnv(VectorEnv):
         ctx = mp.get_context(context)
         wrapped = CloudpickleWrapper(make_shard)
         try:
-            with clear_mpi_env_vars(), _sigint_ignored():
+            with clear_mpi_env_vars(), sigint_ignored():
                 for j, size in enumerate(self.sizes):
                     parent_conn, child_conn = ctx.Pipe()
                     args = (j, wrapped, size, child_conn, None if shared_info_keys is None else tuple(shared_info_keys))
-                    proc = ctx.Process(target=_worker, args=args, daemon=True, name=f"ShardedVectorEnv-shard-{j}")
+                    proc = ctx.Process(target=worker_main, args=args, daemon=True, name=f"ShardedVectorEnv-shard-{j}")
                     try:
                         proc.start()
                     finally:
@@ -509,9 +348,9 @@ class ShardedVectorEnv(VectorEnv):
         """Create the shared observation array, have every worker map its rows, then unlink the file."""
         space = self.single_observation_space
         shape = (self.num_envs, *space.shape)
-        path = _shared_file(int(np.prod(shape)) * space.dtype.itemsize)
+        path = shared_file(int(np.prod(shape)) * space.dtype.itemsize)
         try:
-            self._obs = _map(path, shape, space.dtype)
+            self._obs = map_shared(path, shape, space.dtype)
             self.direct_writes = self._call({j: ("attach", (path, shape, space.dtype, o))
                                              for j, o in enumerate(self.offsets)})
         finally:
@@ -550,7 +389,7 @@ class ShardedVectorEnv(VectorEnv):
         assembled = {}
         for key in self.shared_info_keys:
             parts = {j: (info.pop(key), info.pop(f"_{key}", None)) for j, info in infos.items()
-                     if isinstance(info.get(key), np.ndarray | _InShared | _Rows)}
+                     if isinstance(info.get(key), np.ndarray | InShared | Rows)}
             if parts:
                 assembled[key] = self._assemble(key, parts)
         out = merge_infos([(infos.get(j), n) for j, n in enumerate(self.sizes)])
@@ -559,24 +398,24 @@ class ShardedVectorEnv(VectorEnv):
         return out
 
     def _assemble(self, key: str, parts: dict[int, tuple[Any, Any]]) -> tuple[np.ndarray, np.ndarray]:
-        """One shared info key over all envs, from each shard's rows in the shared array (``_InShared``), its
-        masked rows (``_Rows``) or its whole array; the shared array itself when every shard's value is in
+        """One shared info key over all envs, from each shard's rows in the shared array (``InShared``), its
+        masked rows (``Rows``) or its whole array; the shared array itself when every shard's value is in
         it (a copy with ``copy=True``). The first time the key comes, its shared array is made."""
         mask = np.zeros(self.num_envs, np.bool_)
         for j, (_, m) in parts.items():
             mask[self._envs(j).start:self._envs(j).stop] = True if m is None else m
         shared = self._info_arrays.get(key)
-        if len(parts) == len(self.sizes) and all(isinstance(v, _InShared) for v, _ in parts.values()):
+        if len(parts) == len(self.sizes) and all(isinstance(v, InShared) for v, _ in parts.values()):
             assert shared is not None
             return (_read_only_copy(shared) if self.copy else shared), mask
-        template = shared if shared is not None else next(v.values if isinstance(v, _Rows) else v
-                                                          for v, _ in parts.values() if not isinstance(v, _InShared))
+        template = shared if shared is not None else next(v.values if isinstance(v, Rows) else v
+                                                          for v, _ in parts.values() if not isinstance(v, InShared))
         array = np.zeros((self.num_envs, *template.shape[1:]), template.dtype)  # calloc: rows left out stay untouched
         for j, (value, _) in parts.items():
             envs = self._envs(j)
-            if isinstance(value, _InShared):
+            if isinstance(value, InShared):
                 array[envs.start:envs.stop] = shared[envs.start:envs.stop]
-            elif isinstance(value, _Rows):
+            elif isinstance(value, Rows):
                 array[envs.start + value.index] = value.values
             else:
                 array[envs.start:envs.stop] = value
@@ -585,8 +424,8 @@ class ShardedVectorEnv(VectorEnv):
         return array, mask
 
     def _make_info_array(self, key: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        path = _shared_file(int(np.prod(shape)) * dtype.itemsize)
-        self._info_arrays[key] = _map(path, shape, dtype)
+        path = shared_file(int(np.prod(shape)) * dtype.itemsize)
+        self._info_arrays[key] = map_shared(path, shape, dtype)
         self._to_attach.append((key, path, shape, dtype))
 
     def _out_obs(self) -> np.ndarray:
