@@ -113,24 +113,26 @@ VPRE_PAIRS=${VPRE_PAIRS:-$([ "$SMOKE" = 1 ] && echo 8 || echo 2000)}  # V-IRL de
 # action-only model can join (ARMS="... tvr-ao-allopt tvr-ao-pre"), and STAGE=eval then picks the one
 # shipped as tvr-ao-sft by success on a *validation* bench (seed 1), never on the test bench (seed 0).
 ARMS=${ARMS:-virl-sft tvr-ao-sft tvr-va-sft}
-arm() {  # name → "recipe batch-size task memory kind...": kinds are the shard prefixes merged into its data
+arm() {  # name → "recipe batch-size task memory held-out kind...": held-out names the validation data of
+         # its image-use curve (val-<held-out>, built by val_data); kinds are the shard prefixes merged into its data
   case $1 in
-    virl-sft) echo "virl_small.yaml $BS_VIRL virl - virl" ;;
-    virl-pre) echo "virl_small.yaml $BS_VIRL virl - virl vpre" ;;     # + destination pairs (virl pretrain-data)
-    virl-retry) echo "virl_small.yaml $BS_VIRL virl - virlr vpre" ;;  # virl-pre with retry turns (VIRL_RETRY_NOISE)
-    tvr-ao-sft) echo "tvr_ao_small.yaml $BS_AO tvr ao ao" ;;          # noisy expert, look-first labels
-    tvr-va-sft) echo "tvr_va_small.yaml $BS_VA tvr va va" ;;
-    tvr-ao-allopt) echo "tvr_ao_small.yaml $BS_AO tvr ao aoall" ;;    # every optimal action as a label
-    tvr-ao-pre) echo "tvr_ao_small.yaml $BS_AO tvr ao ao pre" ;;      # + visual pretraining pairs mixed in
-    tvr-ao-dagger) echo "tvr_ao_small.yaml $BS_AO tvr ao ao dag" ;;   # + DAgger: DAGGER_AGENT's own states
-    tvr-ao-h0) echo "tvr_ao_small.yaml $BS_AO tvr ao aoh0" ;;         # no action history, every optimal label
+    virl-sft) echo "virl_small.yaml $BS_VIRL virl - virl virl" ;;
+    virl-pre) echo "virl_small.yaml $BS_VIRL virl - virl virl vpre" ;;   # + destination pairs (virl pretrain-data)
+    virl-retry) echo "virl_small.yaml $BS_VIRL virl - virl virlr vpre" ;;  # virl-pre with retry turns (VIRL_RETRY_NOISE),
+                                                                        # held out on the plain validation episodes
+    tvr-ao-sft) echo "tvr_ao_small.yaml $BS_AO tvr ao ao ao" ;;        # noisy expert, look-first labels
+    tvr-va-sft) echo "tvr_va_small.yaml $BS_VA tvr va va va" ;;
+    tvr-ao-allopt) echo "tvr_ao_small.yaml $BS_AO tvr ao ao aoall" ;;  # every optimal action as a label
+    tvr-ao-pre) echo "tvr_ao_small.yaml $BS_AO tvr ao ao ao pre" ;;    # + visual pretraining pairs mixed in
+    tvr-ao-dagger) echo "tvr_ao_small.yaml $BS_AO tvr ao ao ao dag" ;; # + DAgger: DAGGER_AGENT's own states
+    tvr-ao-h0) echo "tvr_ao_small.yaml $BS_AO tvr ao aoh0 aoh0" ;;       # no action history, every optimal label
     *) echo "unknown arm $1 (virl-sft virl-pre virl-retry tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre tvr-ao-dagger tvr-ao-h0)" >&2; return 1 ;;
   esac
 }
 for a in $ARMS; do arm "$a" > /dev/null || exit 2; done
 needs() {  # kind: does any arm train on shards of that kind?
   local a k
-  for a in $ARMS; do for k in $(arm "$a" | cut -d' ' -f5-); do [ "$k" = "$1" ] && return 0; done; done
+  for a in $ARMS; do for k in $(arm "$a" | cut -d' ' -f6-); do [ "$k" = "$1" ] && return 0; done; done
   return 1
 }
 N_ARMS=$(wc -w <<< "$ARMS")
@@ -163,7 +165,7 @@ data_time() {  # when each piece of the data stage was done (logs/data-times.txt
 }
 shards_settled() {  # arm: have all shards of all its kinds settled?
   local kind n
-  for kind in $(arm "$1" | cut -d' ' -f5-); do
+  for kind in $(arm "$1" | cut -d' ' -f6-); do
     case $kind in virl|virlr|vpre) n=$NCITY ;; *) n=$NBENCH ;; esac
     [ "$(find "$WORK/data" -maxdepth 1 -name ".settled-$kind-*" | wc -l)" -ge "$n" ] || return 1
   done
@@ -250,7 +252,7 @@ val_data() {  # held-out SFT data for the trainers' image-use curve (heldout/los
 }
 merge() {  # arm: the first SHARDS shards of each of its kinds, merged into its dataset
   local name=$1 prefix shards=()
-  for prefix in $(arm "$name" | cut -d' ' -f5-); do
+  for prefix in $(arm "$name" | cut -d' ' -f6-); do
     for k in $(seq 1 "${SHARDS:-100}"); do [ -f "$WORK/data/$prefix-$k/meta.json" ] && shards+=("$WORK/data/$prefix-$k"); done
   done
   spatialrl data merge "${shards[@]}" --out "$WORK/data/$name" --overwrite > "$LOGS/merge-$name.log" 2>&1 \
@@ -309,11 +311,9 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
   local sft=("${SRL[@]}" train sft "$ROOT/configs/sft/$recipe" --output_dir="$WORK/runs/$name" --data.train="$WORK/data/$name"
              --data.engine=tensor --per_device_batch_size=$(( bs / ACCUM )) --grad_accum="$ACCUM" --eval.task=null
              "${TRAIN_EXTRA[@]}" "${MODEL_ARGS[@]}")
-  # held-out data of the arm's first kind where val_data builds some (val-virl, val-ao, val-va, val-aoh0:
-  # the memoryless arm's prompts have no history), else of its memory mode (tvr-ao-allopt: val-ao)
-  local memory kind val; read -r _ _ _ memory kind _ <<< "$(arm "$name")"
-  [ "$kind" = virlr ] && kind=virl  # retry shards: held out on the plain validation episodes
-  val=$WORK/data/val-$kind; [ -f "$val/meta.json" ] || val=$WORK/data/val-$memory
+  # the arm's held-out data (val-virl, val-ao, val-va, val-aoh0: the memoryless arm's prompts have no history)
+  local memory heldout val; read -r _ _ _ memory heldout _ <<< "$(arm "$name")"
+  val=$WORK/data/val-$heldout
   # the image-use curve on held-out data, VAL_SAMPLES per evaluation (VA samples are whole trajectories:
   # fewer, VAL_SAMPLES_VA)
   [ -f "$val/meta.json" ] && sft+=(--data.eval="$val" --eval_loss_every="$VAL_EVERY"

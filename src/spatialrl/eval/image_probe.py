@@ -208,11 +208,11 @@ def _full_scores(model: Any, batch: dict[str, torch.Tensor], device: Any) -> np.
 def _shared_prefix_scores(model: Any, batch: dict[str, torch.Tensor], device: Any) -> np.ndarray | None:
     """The summed label log-probs of rows that are one prompt with different answers, from the answers'
     first differing token on: the prompt and the answers' shared head are prefilled once
-    (``sampling._prefill_row``: the same 3-D rope positions as a whole pass), its cache repeated per row,
+    (``sampling.prefill_row``: the same 3-D rope positions as a whole pass), its cache repeated per row,
     and the rows' tails run as one batch. The label tokens of the shared head have the same log-prob in
     every row, so leaving them out shifts all scores equally and the softmax over answers is unchanged.
     None when the rows do not fit that (padding, or images after the first difference)."""
-    from spatialrl.models.sampling import _inner, _prefill_row, cache_kwarg
+    from spatialrl.models.sampling import cache_kwarg, prefill_row, transformers_model
 
     ids, mask = batch["input_ids"], batch["attention_mask"]
     rows, length = ids.shape
@@ -220,7 +220,7 @@ def _shared_prefix_scores(model: Any, batch: dict[str, torch.Tensor], device: An
     if rows < 2 or not bool(mask.all()) or not len(differ) or "image_grid_thw" not in batch:
         return None
     first = int(differ[0])  # the tails [first - 1, length): logits at first - 1 predict the first difference
-    inner = _inner(model)
+    inner = transformers_model(model)
     per_row = batch["image_grid_thw"].shape[0] // rows
     grid = batch["image_grid_thw"][:per_row]
     image_id = inner.config.image_token_id
@@ -228,7 +228,7 @@ def _shared_prefix_scores(model: Any, batch: dict[str, torch.Tensor], device: An
         return None
     row = {"input_ids": ids[:1], "mm_token_type_ids": batch["mm_token_type_ids"][:1], "image_grid_thw": grid,
            "pixel_values": batch["pixel_values"][: int(grid.prod(-1).sum())]}
-    cache, _ = _prefill_row(model, row, 0, first - 1, None, None, device)
+    cache, _ = prefill_row(model, row, 0, first - 1, None, None, device)
     cache.batch_repeat_interleave(rows)
     mrope, _ = inner.model.get_rope_index(ids[:1], mm_token_type_ids=row["mm_token_type_ids"], image_grid_thw=grid,
                                           attention_mask=torch.ones_like(ids[:1]))

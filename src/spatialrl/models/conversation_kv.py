@@ -30,7 +30,7 @@ import torch
 
 from spatialrl.lru import MegabyteCache
 from spatialrl.models.family import model_family
-from spatialrl.models.sampling import WeightsBound, _cross_layers, _inner
+from spatialrl.models.sampling import WeightsBound, cross_attention_layer_ids, transformers_model
 
 # (start, tokens, key) of one image's placeholder run in a row
 ImageRun = tuple[int, int, tuple]
@@ -60,7 +60,7 @@ def image_runs(model: Any, row: dict[str, torch.Tensor]) -> list[ImageRun]:
     ``<|image|>`` token per slot; ``[]`` for a text-only row."""
     if "pixel_values" not in row:
         return []
-    inner = _inner(model)
+    inner = transformers_model(model)
     image_id = getattr(inner.config, "image_token_id", None)
     if image_id is None:
         image_id = getattr(inner.config, "image_token_index", None)
@@ -103,8 +103,8 @@ def _cut(model: Any, cache: Any, length: int) -> Any:
     layers whole); the source is untouched."""
     from transformers import DynamicCache
 
-    out = DynamicCache(config=_inner(model).config)
-    cross = _cross_layers(model)
+    out = DynamicCache(config=transformers_model(model).config)
+    cross = cross_attention_layer_ids(model)
     for idx, layer in enumerate(cache.layers):
         if not layer.is_initialized or layer.keys is None or layer.keys.numel() == 0:
             continue
@@ -142,7 +142,7 @@ class ConversationKV(WeightsBound, MegabyteCache):
         ids = row["input_ids"][0]
         limit = len(ids) - 1
         runs = image_runs(model, row)
-        mllama = bool(_cross_layers(model))
+        mllama = bool(cross_attention_layer_ids(model))
         best, best_len = None, 0
         for key, entry in self._entries.items():
             n = min(_common_length(entry.ids, ids), limit)

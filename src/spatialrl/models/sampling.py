@@ -175,15 +175,15 @@ def generate_tokens(
 # ``cross_attention_mask``.
 
 
-def _inner(model: Any) -> Any:
+def transformers_model(model: Any) -> Any:
     """The transformers model under PEFT / DDP wrappers (where ``get_rope_index`` and configs live)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return getattr(base, "module", base)
 
 
-def _cross_layers(model: Any) -> set[int]:
+def cross_attention_layer_ids(model: Any) -> set[int]:
     """Cache layer indices that hold cross-attention (image) K/V: Mllama's ``cross_attention_layers``."""
-    text = _inner(model).config.get_text_config(decoder=True)
+    text = transformers_model(model).config.get_text_config(decoder=True)
     return set(getattr(text, "cross_attention_layers", None) or [])
 
 
@@ -247,7 +247,7 @@ class PrefixKV(WeightsBound):
             del self._rows[id(segment)]
 
 
-def _prefill_row(model: Any, row: dict[str, torch.Tensor], start: int, end: int, cache: Any,
+def prefill_row(model: Any, row: dict[str, torch.Tensor], start: int, end: int, cache: Any,
                  vision_cache: Any, device: Any) -> tuple[Any, torch.Tensor | None]:
     """Run tokens ``[start, end)`` of one unpadded row (``row``: its collated inputs, on the CPU) through
     the model on top of ``cache`` (its first ``start`` tokens), with the images whose tokens lie in the
@@ -255,7 +255,7 @@ def _prefill_row(model: Any, row: dict[str, torch.Tensor], start: int, end: int,
     position of the next token minus its index), which decoding continues from."""
     from transformers import DynamicCache
 
-    inner = _inner(model)
+    inner = transformers_model(model)
     if cache is None:
         cache = DynamicCache(config=inner.config)
     ids = row["input_ids"]
@@ -325,8 +325,8 @@ def _stack_caches(model: Any, caches: list[Any], lengths: list[int], width: int)
     layer as they are copied (the row caches are spent)."""
     from transformers import DynamicCache
 
-    out = DynamicCache(config=_inner(model).config)
-    cross = _cross_layers(model)
+    out = DynamicCache(config=transformers_model(model).config)
+    cross = cross_attention_layer_ids(model)
     for idx in range(max(len(c.layers) for c in caches)):
         layers = [c.layers[idx] if idx < len(c.layers) and c.layers[idx].is_initialized
                   and c.layers[idx].keys is not None and c.layers[idx].keys.numel() else None for c in caches]
@@ -357,7 +357,7 @@ def _stack_caches(model: Any, caches: list[Any], lengths: list[int], width: int)
 
 def _cross_length(model: Any, cache: Any) -> int:
     """How many image tokens a row cache's cross-attention layers hold (0 without any)."""
-    for idx in sorted(_cross_layers(model)):
+    for idx in sorted(cross_attention_layer_ids(model)):
         if idx < len(cache.layers) and cache.layers[idx].is_initialized and cache.layers[idx].keys is not None:
             return int(cache.layers[idx].keys.shape[-2])
     return 0
@@ -369,9 +369,9 @@ def _split_cache(model: Any, batch: Any, spans: list[tuple[int, int, int]]) -> l
     layer by layer with each batch layer freed once cut."""
     from transformers import DynamicCache
 
-    config = _inner(model).config
+    config = transformers_model(model).config
     out = [DynamicCache(config=config) for _ in spans]
-    cross = _cross_layers(model)
+    cross = cross_attention_layer_ids(model)
     for idx, layer in enumerate(batch.layers):
         if not layer.is_initialized or layer.keys is None or layer.keys.numel() == 0:
             continue
@@ -413,7 +413,7 @@ def generate_from_prefixes(
         n = row["input_ids"].shape[1]
         if not 0 <= start < n:
             raise ValueError(f"cached length {start} outside a prompt of {n} tokens")
-        cache, delta = _prefill_row(model, row, start, n - 1, cache, vision_cache, device)
+        cache, delta = prefill_row(model, row, start, n - 1, cache, vision_cache, device)
         caches.append(cache)
         deltas.append(delta)
         lengths.append(n - 1)
@@ -425,7 +425,7 @@ def generate_from_prefixes(
     if deltas[0] is not None:
         # Qwen: generate continues a cache with text positions + the model's stored ``rope_deltas``
         # (transformers' ``_prepare_position_ids_for_generation``), which must be this batch's rows'.
-        _inner(model).model.rope_deltas = torch.cat(deltas).to(device)
+        transformers_model(model).model.rope_deltas = torch.cat(deltas).to(device)
     answers = generate_tokens(model, inputs, sampling, generator, eos_ids, banned, pad_id, row_seeds=row_seeds,
                               min_new_tokens=min_new_tokens, cache=stacked)
     spans = [(width - 1 - n, width - 1 + len(ids), images[b]) for b, ((ids, _), n) in enumerate(zip(answers, lengths,
