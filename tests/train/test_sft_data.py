@@ -242,6 +242,8 @@ def test_noisy_expert_on_virl_gives_retry_samples(tmp_path, virl_city):
     assert meta["samples"] == len(rows) and 0 < len(retries) < len(rows)
     for row in retries:
         assert row["messages"][-3]["train"] is False and "train" not in row["messages"][-1]
+        # verify_iter=2: one retry per point; the forced third call (its text never read) is no sample
+        assert sum(m["role"] == "assistant" for m in row["messages"]) == 2
         assert "You failed this trial" in row["messages"][-2]["content"][0]["text"]
     # without task_id/step in the info or stream ids, the noise would be one draw for every turn: refused
     info = {"expert_response": "forward()", "candidate_responses": ["forward()", "stop()", "turn_direction(east)"]}

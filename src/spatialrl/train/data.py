@@ -294,12 +294,16 @@ def build_sft_dataset(
 
         def on_turn(spec: Any, conversation: Conversation, generation: Generation, step: tuple) -> None:
             episode = live[spec.episode_id]
-            if special:
-                conversation = context_only(conversation)
-            episode.turns.append((_stored(conversation, store), generation.extra.get("label", generation.text)))
-            if episode.label_sets is not None:
-                episode.label_sets.append(generation.extra["labels"])
             _, _, terminated, truncated, info = step
+            # an answer the env never read is no sample: V-IRL's call after its retries are spent is a forced
+            # failure whatever it says (a noisy expert's two wrong answers at one point led to ~3% of such
+            # samples, a third attempt no evaluation ever scores)
+            if (info.get("record") or {}).get("evaluated", True):
+                if special:
+                    conversation = context_only(conversation)
+                episode.turns.append((_stored(conversation, store), generation.extra.get("label", generation.text)))
+                if episode.label_sets is not None:
+                    episode.label_sets.append(generation.extra["labels"])
             if terminated or truncated:
                 success = bool(info.get("episode", {}).get("success", False))
                 if only_success and not success and not off_path:
