@@ -2,9 +2,12 @@
 
 Both rows train the same model on the same dataset with the same batch size (AdamW steps, bf16 autocast
 on a GPU), and report samples/s and input tokens/s (every token the model reads: text + image tokens).
-The tensor row's one-off compile time is reported separately.
+The tensor row's one-off compile time is reported separately. ``--compile`` adds the tensor engine's row
+with the model's repeated blocks compiled (``model.compile``: regional torch.compile, train/common.py
+``compile_blocks``); its warmup steps take the compiles (for the first shape, then for dynamic shapes) and
+their seconds are reported as ``warmup_s``.
 
-    python benchmarks/sft_speed.py --data DIR [--preset small] [--batch-size 64] [--steps 30] [--workers 4]
+    python benchmarks/sft_speed.py --data DIR [--preset small] [--batch-size 64] [--steps 30] [--workers 4] [--compile]
 
 Results: benchmarks/results/sft_speed-<tag>.json with machine, date and commit.
 """
@@ -12,6 +15,7 @@ Results: benchmarks/results/sft_speed-<tag>.json with machine, date and commit.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import time
 from datetime import UTC, datetime
@@ -30,9 +34,11 @@ BUILTIN_OVERRIDES = dict(hidden_size=256, intermediate_size=768, num_layers=6, n
 
 
 def build(preset: str, device: str):
+    from spatialrl.models.family import model_family
     from spatialrl.train.common import build_preset
 
     model, processor, _ = build_preset(preset, BUILTIN_OVERRIDES if preset == "small" else {}, seed=0)
+    model_family(model).prepare_model(model)  # the trainer's model: Qwen's vision tower without per-image loops
     return model.to(device).train(), processor
 
 
@@ -41,11 +47,14 @@ def run(batches, model, device: str, steps: int, warmup: int) -> dict[str, float
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else torch.autocast("cpu", enabled=False)
     samples = tokens = 0
     t0 = None
+    start = time.perf_counter()
+    warmup_s = 0.0
     for i in range(warmup + steps):
         if i == warmup:
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
+            warmup_s = t0 - start
         batch = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
         with autocast:
             loss_sum, count, _ = token_loss(model, batch)
@@ -58,7 +67,8 @@ def run(batches, model, device: str, steps: int, warmup: int) -> dict[str, float
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    return {"samples_per_s": samples / dt, "input_tokens_per_s": tokens / dt, "seconds": dt, "steps": steps}
+    return {"samples_per_s": samples / dt, "input_tokens_per_s": tokens / dt, "seconds": dt, "steps": steps,
+            "warmup_s": warmup_s}
 
 
 def main() -> None:
@@ -69,6 +79,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2, help="DataLoader workers of the collator row")
+    ap.add_argument("--compile", action="store_true",
+                    help="also the tensor engine with the model's repeated blocks compiled (model.compile)")
+    ap.add_argument("--skip-collator", action="store_true",
+                    help="leave out the collator row (slow at large batches; the ratio column is then against the tensor row)")
     ap.add_argument("--tag", default=None)
     ap.add_argument("--results-dir", type=Path, default=Path(__file__).parent / "results",
                     help="where the results JSON goes (default benchmarks/results)")
@@ -78,14 +92,16 @@ def main() -> None:
     model, processor = build(args.preset, device)
     model_type = model.config.model_type
     dataset = SFTDataset(args.data)
-    n_batches = args.steps + args.warmup
+    n_batches = args.steps + max(args.warmup, 3)
     plan = list(micro_batches(len(dataset), 0, args.batch_size, 1, 0, 0, n_batches))
 
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(dataset, batch_sampler=plan, collate_fn=Collator(processor, model_type, None),
-                        num_workers=args.workers, pin_memory=device == "cuda")
-    rows = [{"path": f"collator ({args.workers} workers)", **run(iter(loader), model, device, args.steps, args.warmup)}]
+    rows = []
+    if not args.skip_collator:
+        loader = DataLoader(dataset, batch_sampler=plan, collate_fn=Collator(processor, model_type, None),
+                            num_workers=args.workers, pin_memory=device == "cuda")
+        rows.append({"path": f"collator ({args.workers} workers)", **run(iter(loader), model, device, args.steps, args.warmup)})
     t = time.perf_counter()
     folder = compile_dataset(args.data, processor, model_type, workers=args.workers)
     compile_s = time.perf_counter() - t
@@ -96,10 +112,18 @@ def main() -> None:
     mapped = TensorBatcher(folder, processor.tokenizer.pad_token_id, device, images_on_device=False)
     rows.append({"path": "tensor, frames on host",
                  **run((mapped.batch(ix) for ix in plan), model, device, args.steps, args.warmup)})
+    if args.compile:
+        from spatialrl.train.common import compile_blocks
+
+        compiled = copy.deepcopy(model)
+        blocks = compile_blocks(compiled)
+        rows.append({"path": "tensor + compile", "compiled_blocks": blocks,
+                     **run((batcher.batch(ix) for ix in plan), compiled, device, args.steps, max(args.warmup, 3))})
     base = rows[0]["samples_per_s"]
-    print(f"{'path':<24} {'samples/s':>10} {'input tok/s':>12} {'× collator':>10}")
+    print(f"{'path':<24} {'samples/s':>10} {'input tok/s':>12} {'× row 1':>10} {'warmup s':>9}")
     for r in rows:
-        print(f"{r['path']:<24} {r['samples_per_s']:>10.1f} {r['input_tokens_per_s']:>12.0f} {r['samples_per_s'] / base:>10.1f}")
+        print(f"{r['path']:<24} {r['samples_per_s']:>10.1f} {r['input_tokens_per_s']:>12.0f} "
+              f"{r['samples_per_s'] / base:>10.2f} {r['warmup_s']:>9.1f}")
     print(f"(tensor engine compile: {compile_s:.1f} s for {len(dataset)} samples, once per dataset and processor)")
     gpu = torch.cuda.get_device_name(0) if device == "cuda" else None
     result = {"benchmark": "sft_speed", "machine": machine(), "gpu": gpu, "device": device,

@@ -147,6 +147,10 @@ if [ "$SMOKE" != 1 ] && mib=$(nvidia-smi --query-gpu=memory.total --format=csv,n
     && [ $(( ${mib:-0} / 1024 / N_ARMS )) -lt "${IMAGES_GIB_PER_ARM:-30}" ]; then
   TRAIN_EXTRA+=(--data.images_on_device=false)
 fi
+# COMPILE_MODEL=1: every arm's repeated blocks compiled (model.compile: regional torch.compile, fused
+# elementwise work around the matmuls; a tiny model at batch 512 moves more activation bytes than it does
+# FLOPs). Off until measured: the first command measures it on the idle GPU (SFT_COMPILE_BENCH, below).
+[ "${COMPILE_MODEL:-0}" = 1 ] && TRAIN_EXTRA+=(--model.compile=true)
 export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}  # less fragmentation
 stamp "stage=$STAGE smoke=$SMOKE work=$WORK"
 machine_line >> "$OUT/timeline.txt" 2>&1
@@ -384,6 +388,16 @@ stage_data() {
     ( cd "$ROOT/benchmarks" && timeout "${PROFILE_DURING_DATA_S:-300}" "$PY" -u tvr_vector_speed.py --sizes 640x360 \
         --num-envs 1024 --steps 4096 --repeats 1 --readback pbo_rgb --profile 1024 --tag data-stage --out "$LOGS" \
         > "$LOGS/tvr_vector_speed-during-data.log" 2>&1 & )
+  fi
+  if [ "$SMOKE" != 1 ] && [ "${SFT_COMPILE_BENCH:-1}" = 1 ] && needs ao; then
+    # issue 19 on the idle GPU: the action-only arm's training step at its batch, eager vs with the model's
+    # blocks compiled (benchmarks/sft_speed.py --compile; COMPILE_MODEL=1 turns it on for the trainers), on the
+    # validation AO data as soon as val_data has built it (~2,000 samples; the compile's seconds are reported)
+    ( until [ -f "$WORK/data/val-ao/meta.json" ] || [ "$(elapsed)" -gt 400 ]; do sleep 5; done
+      cd "$ROOT/benchmarks" && timeout "${SFT_COMPILE_BENCH_S:-240}" "$PY" -u sft_speed.py --data "$WORK/data/val-ao" \
+        --batch-size "$BS_AO" --steps 20 --skip-collator --compile --workers 2 --tag gpu-compile --results-dir "$LOGS" \
+        > "$LOGS/sft_speed-compile.log" 2>&1 && stamp "sft_speed compile rows: $(grep -E '^tensor' "$LOGS/sft_speed-compile.log" | tr -s ' ' | paste -sd ';')" \
+        || stamp "FAILED or cut: sft_speed compile rows (logs/sft_speed-compile.log)" ) &
   fi
   val_data &
   for k in $(seq 1 "$NCITY"); do virl_shard "$k" & done

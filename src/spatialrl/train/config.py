@@ -83,6 +83,11 @@ class ModelConfig:
         "Let PyTorch pick its cuDNN attention kernel for scaled_dot_product_attention on CUDA. Off by "
         "default: its bf16 backward returns NaN gradients at some batch shapes while the loss stays finite "
         "(docs/training.md, 'NaN gradients'); flash / memory-efficient attention take over at the same speed."))
+    compile: bool = field(default=False, metadata=_help(
+        "Regional torch.compile: every repeated block (the decoder layers, the vision blocks) compiled in place, "
+        "one compile shared by the blocks of a kind, the rest eager (models whose top-level forward has "
+        "data-dependent Python, as VLMs do, compile badly whole). Fuses the elementwise work around each "
+        "matmul; benchmarks/sft_speed.py --compile measures it (docs/training.md)."))
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 

@@ -1,0 +1,55 @@
+"""model.compile: regional torch.compile (train/common.py ``compile_blocks``) trains the same numbers.
+
+The compiled blocks must give the eager model's loss and gradients on real batches of two widths (the
+second shape is where dynamo recompiles for dynamic shapes), and leave parameter names alone (checkpoints,
+``save_hf_model`` and the optimizer's parameter names read them)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from spatialrl.models.family import model_family
+from spatialrl.models.processor import load_processor
+from spatialrl.train.common import compile_blocks
+from spatialrl.train.sft import token_loss
+from spatialrl.train.tensor_data import TensorBatcher, compile_dataset
+
+
+def _loss_and_grads(model, batch):
+    model.zero_grad(set_to_none=True)
+    loss_sum, count, _ = token_loss(model, batch)
+    loss = loss_sum / count
+    loss.backward()
+    return float(loss), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.slow
+def test_compiled_blocks_train_like_the_eager_model(tvr_ao_data, tiny_builtin):
+    from transformers import AutoModelForImageTextToText
+
+    torch._dynamo.reset()
+    processor = load_processor(tiny_builtin)
+    eager = AutoModelForImageTextToText.from_pretrained(tiny_builtin)
+    model_family(eager).prepare_model(eager)
+    eager.train()
+    compiled = copy.deepcopy(eager)
+    names = [n for n, _ in compiled.named_parameters()]
+    n = compile_blocks(compiled)
+    assert n == len(eager.model.language_model.layers) + len(eager.model.visual.blocks)
+    assert [n for n, _ in compiled.named_parameters()] == names  # in place: no _orig_mod in any name
+    assert compiled.state_dict().keys() == eager.state_dict().keys()
+    batcher = TensorBatcher(compile_dataset(tvr_ao_data, processor, "qwen2_5_vl"), processor.tokenizer.pad_token_id)
+    widths = set()
+    for indices in ([0, 1, 2, 3], [4, 5]):
+        batch = batcher.batch(indices)
+        widths.add(batch["input_ids"].shape[1])
+        want_loss, want = _loss_and_grads(eager, batch)
+        got_loss, got = _loss_and_grads(compiled, batch)
+        assert got_loss == pytest.approx(want_loss, rel=1e-4)
+        assert got.keys() == want.keys()
+        for key in want:
+            torch.testing.assert_close(got[key], want[key], atol=1e-4, rtol=1e-3, msg=key)
+    assert len(widths) == 2, widths  # two shapes: the recompile for dynamic shapes is exercised
