@@ -33,6 +33,12 @@ BUILTIN_OVERRIDES = dict(hidden_size=256, intermediate_size=768, num_layers=6, n
                          vision_heads=3, fullatt_blocks=(1, 3))
 
 
+# The compiled row's warmup: the blocks compile for the first batch width, again for dynamic widths at the
+# next new width (on the 2-core VM, tiny preset: 14 s, then 62 s), and Qwen's vision blocks once more for each
+# new number of attention chunks; timed steps before that would time the compiler.
+COMPILE_WARMUP = 6
+
+
 def build(preset: str, device: str):
     from spatialrl.models.family import model_family
     from spatialrl.train.common import build_preset
@@ -92,7 +98,7 @@ def main() -> None:
     model, processor = build(args.preset, device)
     model_type = model.config.model_type
     dataset = SFTDataset(args.data)
-    n_batches = args.steps + max(args.warmup, 3)
+    n_batches = args.steps + max(args.warmup, COMPILE_WARMUP)
     plan = list(micro_batches(len(dataset), 0, args.batch_size, 1, 0, 0, n_batches))
 
     from torch.utils.data import DataLoader
@@ -118,7 +124,7 @@ def main() -> None:
         compiled = copy.deepcopy(model)
         blocks = compile_blocks(compiled)
         rows.append({"path": "tensor + compile", "compiled_blocks": blocks,
-                     **run((batcher.batch(ix) for ix in plan), compiled, device, args.steps, max(args.warmup, 3))})
+                     **run((batcher.batch(ix) for ix in plan), compiled, device, args.steps, max(args.warmup, COMPILE_WARMUP))})
     base = rows[0]["samples_per_s"]
     print(f"{'path':<24} {'samples/s':>10} {'input tok/s':>12} {'× row 1':>10} {'warmup s':>9}")
     for r in rows:

@@ -394,7 +394,7 @@ stage_data() {
     # blocks compiled (benchmarks/sft_speed.py --compile; COMPILE_MODEL=1 turns it on for the trainers), on the
     # validation AO data as soon as val_data has built it (~2,000 samples; the compile's seconds are reported)
     ( until [ -f "$WORK/data/val-ao/meta.json" ] || [ "$(elapsed)" -gt 400 ]; do sleep 5; done
-      cd "$ROOT/benchmarks" && timeout "${SFT_COMPILE_BENCH_S:-240}" "$PY" -u sft_speed.py --data "$WORK/data/val-ao" \
+      cd "$ROOT/benchmarks" && timeout "${SFT_COMPILE_BENCH_S:-300}" "$PY" -u sft_speed.py --data "$WORK/data/val-ao" \
         --batch-size "$BS_AO" --steps 20 --skip-collator --compile --workers 2 --tag gpu-compile --results-dir "$LOGS" \
         > "$LOGS/sft_speed-compile.log" 2>&1 && stamp "sft_speed compile rows: $(grep -E '^tensor' "$LOGS/sft_speed-compile.log" | tr -s ' ' | paste -sd ';')" \
         || stamp "FAILED or cut: sft_speed compile rows (logs/sft_speed-compile.log)" ) &
