@@ -32,9 +32,11 @@
 # STAGE=train: data at scale, built in parallel processes (16 cores):
 #   V-IRL  NCITY metro cities (seeds 101..), VIRL_EPISODES expert episodes each → merged dataset;
 #          VIRL_NOISE > 0 (default 0) adds retry turns: a noisy expert's wrong answer, the verifier's
-#          retry message, the right answer as label (the wrong one context only). Off by default: a CPU
-#          fine-tune on such data raised retry accuracy but lowered validation success (docs/training.md);
-#          the arm virl-retry trains on such shards (virlr-*, VIRL_RETRY_NOISE, default 0.15) beside virl-pre;
+#          retry message, the right answer as label (the wrong one context only). Off by default: a noisy
+#          expert's data *instead of* the plain expert's lowered validation success (third 2026-12-05 session);
+#          the arm virl-retry trains on both — the plain shards and the same episodes' retry shards (virlr-*,
+#          VIRL_RETRY_NOISE, default 0.3), so every state keeps its first-attempt sample and ~30% also get a
+#          retry sample: the recipe of the eighth 2026-12-05 session's CPU continuation (docs/training.md);
 #          VIRL_NOTEXT=n (default 0): the last n cities' episodes with the vision-required prompt
 #          (intersection_in_text=false), so the model also works where the text does not name intersections
 #   TVR    NBENCH benches (seeds 101..; sft split only; TVR_SCENES houses each: 100 since the second
@@ -94,7 +96,7 @@ else
 fi
 EXPERT_NOISE=${EXPERT_NOISE:-0.3}
 VIRL_NOISE=${VIRL_NOISE:-0}
-VIRL_RETRY_NOISE=${VIRL_RETRY_NOISE:-0.15}  # the virl-retry arm's share of turns with a wrong answer first
+VIRL_RETRY_NOISE=${VIRL_RETRY_NOISE:-0.3}  # the virl-retry arm's share of turns with a wrong answer first
 # DATA_ROUND r: the training cities and benches get seeds 100r+101.. (r=0: 101..108), so a session that
 # continues training (INIT=<folder>) sees houses and routes no earlier round saw; never the held-out
 # seeds 0 (eval bench), 1 (validation bench), 7 and 8 (eval cities).
@@ -118,8 +120,8 @@ arm() {  # name → "recipe batch-size task memory held-out kind...": held-out n
   case $1 in
     virl-sft) echo "virl_small.yaml $BS_VIRL virl - virl virl" ;;
     virl-pre) echo "virl_small.yaml $BS_VIRL virl - virl virl vpre" ;;   # + destination pairs (virl pretrain-data)
-    virl-retry) echo "virl_small.yaml $BS_VIRL virl - virl virlr vpre" ;;  # virl-pre with retry turns (VIRL_RETRY_NOISE),
-                                                                        # held out on the plain validation episodes
+    virl-retry) echo "virl_small.yaml $BS_VIRL virl - virl virl virlr vpre" ;;  # virl-pre + the same episodes'
+                                                                        # retry turns (VIRL_RETRY_NOISE)
     tvr-ao-sft) echo "tvr_ao_small.yaml $BS_AO tvr ao ao ao" ;;        # noisy expert, look-first labels
     tvr-va-sft) echo "tvr_va_small.yaml $BS_VA tvr va va va" ;;
     tvr-ao-allopt) echo "tvr_ao_small.yaml $BS_AO tvr ao ao aoall" ;;  # every optimal action as a label
