@@ -37,6 +37,7 @@
 #          the arm virl-retry trains on both — the plain shards and the same episodes' retry shards (virlr-*,
 #          VIRL_RETRY_NOISE, default 0.3), so every state keeps its first-attempt sample and ~30% also get a
 #          retry sample: the recipe of the eighth 2026-12-05 session's CPU continuation (docs/training.md);
+#          the arm virl-dagger adds roll-in shards (virld-*: the shipped model's own mistakes as retries);
 #          VIRL_NOTEXT=n (default 0): the last n cities' episodes with the vision-required prompt
 #          (intersection_in_text=false), so the model also works where the text does not name intersections
 #   TVR    NBENCH benches (seeds 101..; sft split only; TVR_SCENES houses each: 100 since the second
@@ -110,6 +111,12 @@ PRE_PAIRS=${PRE_PAIRS:-$([ "$SMOKE" = 1 ] && echo 16 || echo 4000)}  # visual pr
 DAGGER_AGENT=${DAGGER_AGENT:-builtin:tvr-ao-sft}
 DAGGER_EPISODES=${DAGGER_EPISODES:-$([ "$SMOKE" = 1 ] && echo 2 || echo 300)}
 DAGGER_BETA=${DAGGER_BETA:-0.2}
+# V-IRL DAgger (arm virl-dagger): VIRL_DAGGER_AGENT drives VIRL_DAGGER_EPISODES episodes per city (greedy;
+# the expert answers a DAGGER_BETA share of turns). V-IRL never leaves the route, so the agent's own wrong
+# answers become retry samples labelled by the expert: at a destination its error is forward() every time,
+# which the noisy expert's uniform draw shows in 7 of 100 such samples (eighth 2026-12-05 session)
+VIRL_DAGGER_AGENT=${VIRL_DAGGER_AGENT:-builtin:virl-sft}
+VIRL_DAGGER_EPISODES=${VIRL_DAGGER_EPISODES:-$([ "$SMOKE" = 1 ] && echo 2 || echo 200)}
 VPRE_PAIRS=${VPRE_PAIRS:-$([ "$SMOKE" = 1 ] && echo 8 || echo 2000)}  # V-IRL destination pairs per city (~1/5)
 # Arms: the models trained side by side. The three shipped ones by default; candidate recipes for the TVR
 # action-only model can join (ARMS="... tvr-ao-allopt tvr-ao-pre"), and STAGE=eval then picks the one
@@ -122,13 +129,15 @@ arm() {  # name → "recipe batch-size task memory held-out kind...": held-out n
     virl-pre) echo "virl_small.yaml $BS_VIRL virl - virl virl vpre" ;;   # + destination pairs (virl pretrain-data)
     virl-retry) echo "virl_small.yaml $BS_VIRL virl - virl virl virlr vpre" ;;  # virl-pre + the same episodes'
                                                                         # retry turns (VIRL_RETRY_NOISE)
+    virl-dagger) echo "virl_small.yaml $BS_VIRL virl - virl virl virlr virld vpre" ;;  # virl-retry + the
+                                                                        # agent's own mistakes (VIRL_DAGGER_*)
     tvr-ao-sft) echo "tvr_ao_small.yaml $BS_AO tvr ao ao ao" ;;        # noisy expert, look-first labels
     tvr-va-sft) echo "tvr_va_small.yaml $BS_VA tvr va va va" ;;
     tvr-ao-allopt) echo "tvr_ao_small.yaml $BS_AO tvr ao ao aoall" ;;  # every optimal action as a label
     tvr-ao-pre) echo "tvr_ao_small.yaml $BS_AO tvr ao ao ao pre" ;;    # + visual pretraining pairs mixed in
     tvr-ao-dagger) echo "tvr_ao_small.yaml $BS_AO tvr ao ao ao dag" ;; # + DAgger: DAGGER_AGENT's own states
     tvr-ao-h0) echo "tvr_ao_small.yaml $BS_AO tvr ao aoh0 aoh0" ;;       # no action history, every optimal label
-    *) echo "unknown arm $1 (virl-sft virl-pre virl-retry tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre tvr-ao-dagger tvr-ao-h0)" >&2; return 1 ;;
+    *) echo "unknown arm $1 (virl-sft virl-pre virl-retry virl-dagger tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre tvr-ao-dagger tvr-ao-h0)" >&2; return 1 ;;
   esac
 }
 for a in $ARMS; do arm "$a" > /dev/null || exit 2; done
@@ -172,7 +181,7 @@ data_time() {  # when each piece of the data stage was done (logs/data-times.txt
 shards_settled() {  # arm: have all shards of all its kinds settled?
   local kind n
   for kind in $(arm "$1" | cut -d' ' -f6-); do
-    case $kind in virl|virlr|vpre) n=$NCITY ;; *) n=$NBENCH ;; esac
+    case $kind in virl|virlr|virld|vpre) n=$NCITY ;; *) n=$NBENCH ;; esac
     [ "$(find "$WORK/data" -maxdepth 1 -name ".settled-$kind-*" | wc -l)" -ge "$n" ] || return 1
   done
 }
@@ -185,7 +194,7 @@ virl_shard() {  # k: a metro city of seed 100+k and its expert episodes
   # (and so the model's recorded eval settings) take
   [ "$k" -gt $(( NCITY - ${VIRL_NOTEXT:-0} )) ] && [ "$k" -gt 1 ] && iit=false
   [ -f "$city/route_infos.json" ] || make_city metro "$CITY_ROUTES" $((SEED0 + k)) "$city" > "$LOGS/city-$k.log" 2>&1 \
-    || { stamp "FAILED: city $k"; settle virl "$k"; settle virlr "$k"; settle vpre "$k"; return; }
+    || { stamp "FAILED: city $k"; for x in virl virlr virld vpre; do settle $x "$k"; done; return; }
   data_time "city-$k ready"
   local episodes=(--task virl --data "$city" --split in-dist --set episodes="$VIRL_EPISODES" --set seed=$((10 * SEED0 + k))
                   --set grid_size=$GRID --set intersection_in_text=$iit --seed $((10 * SEED0 + k)) --overwrite --batch-size 32)
@@ -196,6 +205,10 @@ virl_shard() {  # k: a metro city of seed 100+k and its expert episodes
   # validation city, 2026-12-05, seventh session)
   if needs virlr; then spatialrl data sft "${episodes[@]}" --expert-noise "$VIRL_RETRY_NOISE" --out "$WORK/data/virlr-$k" \
       > "$LOGS/data-virlr-$k.log" 2>&1 || stamp "FAILED: virlr data $k"; settle virlr "$k"; fi &
+  # the agent's own mistakes as retry samples (DAgger roll-in; fewer episodes: each costs its generation)
+  if needs virld; then spatialrl data sft "${episodes[@]}" --roll-in "$VIRL_DAGGER_AGENT" --roll-in-beta "$DAGGER_BETA" \
+      --episodes "$VIRL_DAGGER_EPISODES" --out "$WORK/data/virld-$k" > "$LOGS/data-virld-$k.log" 2>&1 \
+      || stamp "FAILED: virld data $k"; settle virld "$k"; fi &
   wait
   # simulator-labelled destination questions on the same city (have I reached X? which view shows X?):
   # the stop at the destination is the decision the street view alone can make (docs/virl.md)
@@ -248,7 +261,7 @@ val_data() {  # held-out SFT data for the trainers' image-use curve (heldout/los
     if needs va; then spatialrl data sft "${common[@]}" --set memory=va --out "$WORK/data/val-va" \
         > "$LOGS/data-val-va.log" 2>&1 || stamp "FAILED: val-va data"; fi &
   fi
-  if needs virl || needs virlr; then
+  if needs virl || needs virlr || needs virld; then
     { [ -f "$city/route_infos.json" ] || make_city metro "$VAL_ROUTES" 9 "$city" > "$LOGS/city-val.log" 2>&1; } \
       && spatialrl data sft --task virl --data "$city" --split in-dist --set episodes="$VAL_ROUTES" --set seed=9 \
         --set grid_size=$GRID --out "$WORK/data/val-virl" --overwrite --batch-size 32 > "$LOGS/data-val-virl.log" 2>&1 \
