@@ -41,6 +41,7 @@ import torch
 # (``models/family.py``); the names below stay importable from here (train/common.py, tests).
 from spatialrl.lru import MegabyteCache
 from spatialrl.models.family import FAMILIES, QWEN_FAMILIES, VISION_MODULE_NAMES, model_family
+from spatialrl.models.sampling import transformers_model
 
 SUPPORTED_FAMILIES = tuple(name for name, f in FAMILIES.items() if f.vision_features)
 __all__ = ["QWEN_FAMILIES", "SUPPORTED_FAMILIES", "VISION_MODULE_NAMES", "VisionCache"]
@@ -57,15 +58,10 @@ def _towers(model: Any) -> list[torch.nn.Module]:
     return [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] in VISION_MODULE_NAMES]
 
 
-def _unwrapped(model: Any) -> Any:
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return getattr(inner, "module", inner)
-
-
 def _accepts(model: Any, argument: str) -> bool:
     """Whether the model's forward takes ``argument`` (precomputed vision features)."""
     try:
-        return argument in inspect.signature(_unwrapped(model).forward).parameters
+        return argument in inspect.signature(transformers_model(model).forward).parameters
     except (TypeError, ValueError):
         return False
 
@@ -193,7 +189,7 @@ class VisionCache(MegabyteCache):
         real = [(b, i) for b in range(batch) for i in range(slots)]
         context = (str(pixels.dtype), self._autocast_state(device))
         keys = [self._key(pixels[b, i], [int(ratio_ids[b, i]), *ratio_mask[b, i].tolist()], context) for b, i in real]
-        inner = _unwrapped(model)
+        inner = transformers_model(model)
         inner = getattr(inner, "model", inner)
 
         def encode(idx: list[int]) -> list[dict[str, Any]]:

@@ -248,7 +248,7 @@ class PrefixKV(WeightsBound):
 
 
 def prefill_row(model: Any, row: dict[str, torch.Tensor], start: int, end: int, cache: Any,
-                 vision_cache: Any, device: Any) -> tuple[Any, torch.Tensor | None]:
+                vision_cache: Any, device: Any) -> tuple[Any, torch.Tensor | None]:
     """Run tokens ``[start, end)`` of one unpadded row (``row``: its collated inputs, on the CPU) through
     the model on top of ``cache`` (its first ``start`` tokens), with the images whose tokens lie in the
     chunk. Returns the grown cache and, for Qwen families, the row's ``rope_deltas`` (``(1, 1)``: 3-D
