@@ -98,7 +98,8 @@ def main() -> None:
     model, processor = build(args.preset, device)
     model_type = model.config.model_type
     dataset = SFTDataset(args.data)
-    n_batches = args.steps + max(args.warmup, COMPILE_WARMUP)
+    compile_warmup = max(args.warmup, COMPILE_WARMUP)  # the compiled row's first batches are its compiles
+    n_batches = args.steps + (compile_warmup if args.compile else args.warmup)
     plan = list(micro_batches(len(dataset), 0, args.batch_size, 1, 0, 0, n_batches))
 
     from torch.utils.data import DataLoader
@@ -124,7 +125,7 @@ def main() -> None:
         compiled = copy.deepcopy(model)
         blocks = compile_blocks(compiled)
         rows.append({"path": "tensor + compile", "compiled_blocks": blocks,
-                     **run((batcher.batch(ix) for ix in plan), compiled, device, args.steps, max(args.warmup, COMPILE_WARMUP))})
+                     **run((batcher.batch(ix) for ix in plan), compiled, device, args.steps, compile_warmup)})
     base = rows[0]["samples_per_s"]
     print(f"{'path':<24} {'samples/s':>10} {'input tok/s':>12} {'× row 1':>10} {'warmup s':>9}")
     for r in rows:
