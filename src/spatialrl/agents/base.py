@@ -26,7 +26,7 @@ from spatialrl.conversation import (
     text_of,
 )
 
-__all__ = ["Conversation", "Generation", "Message", "Policy", "SamplingParams", "images_of", "text_of"]
+__all__ = ["Conversation", "Generation", "Message", "Policy", "SamplingParams", "env_infos", "images_of", "text_of"]
 
 
 @runtime_checkable
@@ -39,3 +39,15 @@ class Policy(Protocol):
         sampling: SamplingParams,
         infos: list[dict[str, Any]] | None = None,
     ) -> list[Generation]: ...
+
+
+def env_infos(who: str, conversations: list[Conversation], infos: list[dict[str, Any]] | None, key: str,
+              purpose: str) -> list[dict[str, Any]]:
+    """The env infos of a policy that answers from them (expert, random, roll-in), checked: one per
+    conversation, each with ``key``; else an error saying which policy needed what (``purpose``)."""
+    if infos is None or len(infos) != len(conversations):
+        raise ValueError(f"the {who} policy needs the env info of every conversation (infos=...)")
+    for info in infos:
+        if key not in info:
+            raise KeyError(f"env info has no {key!r}; {purpose}")
+    return infos

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from spatialrl.agents.base import Conversation, Generation, SamplingParams
+from spatialrl.agents.base import Conversation, Generation, SamplingParams, env_infos
 
 
 class ExpertPolicy:
@@ -37,14 +37,8 @@ class ExpertPolicy:
         sampling: SamplingParams,
         infos: list[dict[str, Any]] | None = None,
     ) -> list[Generation]:
-        if infos is None or len(infos) != len(conversations):
-            raise ValueError("the expert policy needs the env info of every conversation (infos=...)")
-        out = []
-        for i, info in enumerate(infos):
-            if "expert_response" not in info:
-                raise KeyError("env info has no 'expert_response'; this env does not support the expert agent")
-            out.append(self._answer(info, sampling, i))
-        return out
+        infos = env_infos("expert", conversations, infos, "expert_response", "this env does not support the expert agent")
+        return [self._answer(info, sampling, i) for i, info in enumerate(infos)]
 
     def _answer(self, info: dict[str, Any], sampling: SamplingParams, i: int = 0) -> Generation:
         label = info["expert_response"]
@@ -110,11 +104,7 @@ class RollInPolicy:
         sampling: SamplingParams,
         infos: list[dict[str, Any]] | None = None,
     ) -> list[Generation]:
-        if infos is None or len(infos) != len(conversations):
-            raise ValueError("the roll-in policy needs the env info of every conversation (infos=...)")
-        for info in infos:
-            if "expert_response" not in info:
-                raise KeyError("env info has no 'expert_response'; this env cannot label the agent's states")
+        infos = env_infos("roll-in", conversations, infos, "expert_response", "this env cannot label the agent's states")
         by_expert = [self._expert_turn(i, info, sampling) for i, info in enumerate(infos)]
         asked = [i for i, e in enumerate(by_expert) if not e]
         answers: dict[int, Generation] = {}

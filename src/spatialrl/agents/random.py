@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from spatialrl.agents.base import Conversation, Generation, SamplingParams
+from spatialrl.agents.base import Conversation, Generation, SamplingParams, env_infos
 
 
 class RandomPolicy:
@@ -28,13 +28,13 @@ class RandomPolicy:
         sampling: SamplingParams,
         infos: list[dict[str, Any]] | None = None,
     ) -> list[Generation]:
-        if infos is None or len(infos) != len(conversations):
-            raise ValueError("the random policy needs the env info of every conversation (infos=...)")
+        infos = env_infos("random", conversations, infos, "candidate_responses",
+                          "this env does not support the random agent")
         out = []
         for i, info in enumerate(infos):
-            choices = info.get("candidate_responses")
+            choices = info["candidate_responses"]
             if not choices:
-                raise KeyError("env info has no 'candidate_responses'; this env does not support the random agent")
+                raise KeyError("env info has an empty 'candidate_responses'; the random agent has nothing to choose")
             material = sampling.stream_seed(i, self.seed)
             rng = np.random.default_rng(material) if material is not None else self.rng
             out.append(Generation(text=str(choices[int(rng.integers(len(choices)))])))
