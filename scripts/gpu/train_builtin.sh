@@ -320,9 +320,12 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
   fi
   [ "${RESUME:-0}" = 1 ] && resume=auto
   stop=$(( TRAIN_END_S - $(elapsed) ))
-  if [ "$stop" -lt "${MIN_TRAIN_S:-60}" ]; then  # too little left: a start would outlive the command's
-    # timeout, which kills this script but not its trainers (they would still run into the next command)
-    stamp "train $name: not started, ${stop}s left before TRAIN_END_S (MIN_TRAIN_S ${MIN_TRAIN_S:-60}); the next command starts it"
+  if [ "$stop" -lt "${MIN_TRAIN_S:-180}" ]; then  # too little left: a start would outlive the command's
+    # timeout, which kills this script but not its trainers (they would still run into the next command),
+    # or be stopped in its setup, before it can pause with a checkpoint: with 12 benches the AO and VA
+    # trainers were still loading their data 60 and 84 s after their start (2026-12-06, H100, beside the
+    # data stage) and ended with nothing; on a quiet machine setup took ~60 s
+    stamp "train $name: not started, ${stop}s left before TRAIN_END_S (MIN_TRAIN_S ${MIN_TRAIN_S:-180}); the next command starts it"
     pack_weights "$name"  # what an earlier command trained, if any
     return
   fi
