@@ -162,6 +162,10 @@ fi
 # elementwise work around the matmuls; a tiny model at batch 512 moves more activation bytes than it does
 # FLOPs). Off until measured: the first command measures it on the idle GPU (SFT_COMPILE_BENCH, below).
 [ "${COMPILE_MODEL:-0}" = 1 ] && TRAIN_EXTRA+=(--model.compile=true)
+# TRAIN_ARGS: more recipe overrides for every arm, e.g. "--optim.lr=2e-4 --optim.warmup_ratio=0.02" for a
+# continuation (INIT=shipped): the recipes' 5e-4 is a from-scratch rate, and the V-IRL DAgger rounds that
+# worked on the CPU continued at 2e-4 (docs/training.md)
+read -ra _train_args <<< "${TRAIN_ARGS:-}"; TRAIN_EXTRA+=("${_train_args[@]}")
 export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}  # less fragmentation
 stamp "stage=$STAGE smoke=$SMOKE work=$WORK"
 machine_line >> "$OUT/timeline.txt" 2>&1
