@@ -111,8 +111,8 @@ def score(model: Any, turns: Any, segs: list[Any], batch: int, temperature: floa
     for lo in range(0, len(segs), batch):
         chunk = segs[lo:lo + batch]
         inputs = turns.collate([(s, len(s)) for s in chunk], padding_side="right", device=device)
-        start = min(len(s.prompt_ids) for s in chunk)
-        logp = score_tokens(model, inputs, start, temperature).logp.detach().float().cpu()
+        starts, ends = [len(s.prompt_ids) for s in chunk], [len(s) for s in chunk]
+        logp = score_tokens(model, inputs, starts, temperature, end=ends).logp.detach().float().cpu()
         out.extend(logp[b, len(s.prompt_ids):len(s)].tolist() for b, s in enumerate(chunk))
     return out
 

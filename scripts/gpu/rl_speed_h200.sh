@@ -14,6 +14,8 @@
 #   6. with QWEN=1 (a command of its own): the random Qwen2.5-VL-7B-sized model (qwen25vl7b-random, 8.3B):
 #      PPO and multi-turn GRPO with the 11B's settings (full fine-tune, AdamW on the GPU), then the rollout
 #      benchmark at batch 1, 8, 32 and 128
+#   7. with QWEN_LORA=1 (a command of its own): the 8.3B with a frozen tower, vision cache and LoRA r 16,
+#      PPO at micro-batch 4 and 1 side by side
 # Every step has its own time limit, so a slow one cannot starve the rest; each writes its JSON as
 # soon as it has a row.
 #
@@ -35,6 +37,14 @@ step() {  # seconds label, then the command
 # GRPO 4 tasks x G 4
 BIG=(--model llama11b-random --gradient-checkpointing --num-envs 16 --num-steps 32 --minibatch-size 1 --grad-accum 32
      --tasks 4 --group-size 4)
+if [ "${QWEN_LORA:-0}" = 1 ]; then
+  # the 8.3B's cheaper recipe (frozen tower + vision cache, LoRA r 16), micro-batch 4 then 1 at 32 samples per
+  # optimiser step: the rows' own answer spans scored (policy_ops.score_tokens), so 4 should now fit
+  step "${LIMIT_QWEN_LORA:-540}" qwen-lora "$PY" "${B[@]}" --model qwen25vl7b-random --algos ppo --freeze-vision \
+    --vision-cache-mb 2048 --lora 16 --num-envs 16 --num-steps 32 --minibatch-size 4 1 --grad-accum 8 --offload none \
+    --out "$OUT/rl_speed-qwen25vl7b-random-lora.json"
+  tail -n 14 "$OUT"/logs/*.log; exit 0
+fi
 if [ "${QWEN:-0}" = 1 ]; then
   # 8.3B: weights + gradients + AdamW moments in bf16 = 66 GB; images at most 1280 decoder tokens each
   # (QWEN_MAX_PIXELS in benchmarks/rollout_throughput.py); the row settings are the 11B's (BIG)

@@ -153,8 +153,9 @@ def build_sequences(trajs: list[Trajectory], per_turn: list[list[float]], keep: 
 
 
 def batch_tensors(turns: TurnTokenizer, seqs: list[Sequence], device: Any, vision: tuple[Any, Any] | None = None,
-                  ) -> tuple[dict[str, Any], int, dict[str, torch.Tensor]]:
-    """Right-padded model inputs, the first scored position, and per-position mask/advantages ``(B, W)``."""
+                  ) -> tuple[dict[str, Any], tuple[list[int], list[int]], dict[str, torch.Tensor]]:
+    """Right-padded model inputs, each row's scored span ``(starts, ends)`` (its responses), and
+    per-position mask/advantages ``(B, W)``."""
     inputs = collate_inputs(turns, [(s.segment, len(s.segment)) for s in seqs], "right", device, vision)
     width = inputs["input_ids"].shape[1]
     mask = torch.zeros((len(seqs), width), device=device)
@@ -163,8 +164,8 @@ def batch_tensors(turns: TurnTokenizer, seqs: list[Sequence], device: Any, visio
         p, r = len(s.segment.prompt_ids), len(s.segment.response_ids)
         mask[b, p:p + r] = torch.tensor(s.segment.response_mask, dtype=torch.float32)
         adv[b, p:p + r] = torch.tensor(s.advantages, dtype=torch.float32)
-    start = min(min(len(s.segment.prompt_ids) for s in seqs), width - 1)
-    return inputs, start, {"mask": mask, "advantages": adv}
+    span = ([len(s.segment.prompt_ids) for s in seqs], [len(s.segment) for s in seqs])
+    return inputs, span, {"mask": mask, "advantages": adv}
 
 
 @torch.no_grad()
@@ -175,8 +176,8 @@ def fill_logprobs(model: Any, turns: TurnTokenizer, seqs: list[Sequence], micro:
     for lo in range(0, len(seqs), micro):
         chunk = seqs[lo:lo + micro]
         with accelerator.autocast():
-            inputs, start, _ = batch_tensors(turns, chunk, accelerator.device, vision)
-            logp = score_tokens(model, inputs, start, temperature).logp
+            inputs, (starts, ends), _ = batch_tensors(turns, chunk, accelerator.device, vision)
+            logp = score_tokens(model, inputs, starts, temperature, end=ends).logp
         for b, s in enumerate(chunk):
             setattr(s, attr, logp[b, :len(s.segment)].float().cpu())
 
@@ -223,14 +224,14 @@ def optimise(cfg: GRPOConfig, run: Run, seqs: list[Sequence], filler: list[Seque
                 last = i == len(plan) - 1
                 chunk = [mine[j] for j in batch.indices] if batch.indices else filler
                 with acc.autocast():  # the rollout's autocast state: the cache's features match
-                    inputs, start, tens = batch_tensors(turns, chunk, device, vision)
+                    inputs, (starts, ends), tens = batch_tensors(turns, chunk, device, vision)
                 width = inputs["input_ids"].shape[1]
                 old = padded([s.old_logp for s in chunk], width, device)
                 ref = padded([s.ref_logp for s in chunk], width, device) if cfg.kl_coef > 0 else None
                 mask = tens["mask"] * batch.weight
                 with run.micro_step(last), acc.autocast():
-                    sc = score_tokens(model, inputs, start, cfg.sampling.temperature, with_entropy=True,
-                                      entropy_grad=cfg.entropy_coef > 0)
+                    sc = score_tokens(model, inputs, starts, cfg.sampling.temperature, with_entropy=True,
+                                      entropy_grad=cfg.entropy_coef > 0, end=ends)
                     # L = −min(ρA, clip(ρ, 1±ε)A) + β·k3(π, π_ref) − c_H·H, reduced by loss_agg
                     pg, st = losses.clipped_policy_loss(sc.logp, old, tens["advantages"], cfg.clip)
                     kl = losses.k3_kl(sc.logp, ref) if ref is not None else torch.zeros_like(pg)

@@ -10,8 +10,9 @@ with gradients.
 
 Scoring runs one forward pass over right-padded segments and returns, per token, ``log π(token | prefix)``
 (logits divided by the sampling temperature), optionally the entropy, and the final hidden state at
-chosen positions (the value head's input). Logits are kept only from the first scored position on
-(``logits_to_keep``), so a long multimodal prompt never materialises vocabulary-sized logits.
+chosen positions (the value head's input). Logits are kept only at the positions each row scores
+(``logits_to_keep`` as an index tensor), so a long multimodal prompt never materialises vocabulary-sized
+logits, and neither does a short row padded to a long one's width.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def _sample_from_prefixes(model: Any, turns: TurnTokenizer, chunk: list[Segment]
 @dataclass
 class Scores:
     """Teacher-forced outputs for a ``(B, T)`` batch: ``logp[b, t]`` = log π(ids[b, t] | ids[b, :t])
-    for ``t >= start`` (0 before), ``entropy`` likewise (or None), ``hidden`` = final hidden states at
+    for ``t`` in the row's scored span (0 elsewhere), ``entropy`` likewise (or None), ``hidden`` = final hidden states at
     the requested positions ``(B, H)``, or the value head's ``(B,)`` values there (or None)."""
 
     logp: torch.Tensor
@@ -140,19 +141,36 @@ def _output_layer(model: Any) -> torch.nn.Module:
     return head
 
 
+def _per_row(value: int | list[int] | torch.Tensor, batch: int, name: str) -> list[int]:
+    if isinstance(value, int):
+        return [value] * batch
+    rows = [int(v) for v in (value.tolist() if isinstance(value, torch.Tensor) else value)]
+    if len(rows) != batch:
+        raise ValueError(f"{name} has {len(rows)} entries for a batch of {batch} rows")
+    return rows
+
+
 def score_tokens(
     model: Any,
     inputs: dict[str, torch.Tensor],
-    start: int,
+    start: int | list[int] | torch.Tensor,
     temperature: float = 1.0,
     with_entropy: bool = False,
     hidden_positions: torch.Tensor | None = None,
     value_head: torch.nn.Module | None = None,
     entropy_grad: bool = True,
+    end: int | list[int] | torch.Tensor | None = None,
 ) -> Scores:
-    """One forward pass: per-token log-probs (and entropy) from position ``start`` on, and the final
-    hidden state at ``hidden_positions`` (``(B,)`` absolute positions, each ``>= start - 1``) — or,
-    with ``value_head``, its values there, shape ``(B,)``.
+    """One forward pass: per-token log-probs (and entropy) of tokens ``start <= t < end`` — one int for
+    every row, or one per row — and the final hidden state at ``hidden_positions`` (``(B,)`` absolute
+    positions) — or, with ``value_head``, its values there, shape ``(B,)``.
+
+    Logits are computed only at the positions some row scores or reads a hidden state from (transformers'
+    ``logits_to_keep`` as an index tensor): in a right-padded batch whose rows answer at different depths
+    (a turn-1 answer beside a turn-3 one), keeping every position from the earliest answer on would
+    materialise ``B × (width − min start) × vocab`` logits — 9.5 GiB of bf16 for four rows of a 7B Qwen at
+    ~1,250 positions — where the rows' own spans need a few hundred. Each row's fp32 log-softmax likewise
+    runs over its own span only.
 
     Log-probs use ``logits / temperature``: the distribution the tokens were sampled from (SFTvsRL
     divides by its sampling temperature 0.2 as well). Gradients flow unless called under ``no_grad``.
@@ -162,40 +180,49 @@ def score_tokens(
     """
     ids = inputs["input_ids"]
     batch, width = ids.shape
-    if not 1 <= start < width:
-        raise ValueError(f"start {start} outside a batch of width {width}")
-    keep = width - start + 1  # logits at positions start-1 .. width-1
+    starts = _per_row(start, batch, "start")
+    ends = _per_row(width if end is None else end, batch, "end")
+    for s, e in zip(starts, ends, strict=True):
+        if not 1 <= s < e <= width:
+            raise ValueError(f"scored span [{s}, {e}) outside a batch of width {width} (need 1 <= start < end)")
+    need = torch.zeros(width, dtype=torch.bool)
+    for s, e in zip(starts, ends, strict=True):
+        need[s - 1:e - 1] = True  # the logits at position t - 1 predict token t
+    if hidden_positions is not None:
+        hp = hidden_positions.detach().cpu().long()
+        if bool((hp < 0).any()) or bool((hp >= width).any()):
+            raise ValueError(f"hidden_positions must lie in [0, {width})")
+        need[hp] = True
+    keep = need.nonzero().squeeze(1)  # sorted absolute positions; logits come back at these, in order
+    keep_dev = keep.to(ids.device)
     captured: dict[str, torch.Tensor] = {}
     handle = None
     if hidden_positions is not None:
+        rel_hidden = torch.searchsorted(keep, hp).to(ids.device)
+
         def hook(_module, args, _output):
-            h = args[0]  # (B, keep, H): final hidden states at positions start-1 .. width-1
-            rel = hidden_positions.to(h.device) - (start - 1)
-            if bool((rel < 0).any()) or bool((rel >= h.shape[1]).any()):
-                raise ValueError("hidden_positions must lie in [start - 1, width)")
-            picked = h[torch.arange(h.shape[0], device=h.device), rel]
+            h = args[0]  # (B, len(keep), H): final hidden states at the kept positions
+            picked = h[torch.arange(h.shape[0], device=h.device), rel_hidden.to(h.device)]
             captured["hidden"] = value_head(picked) if value_head is not None else picked
 
         handle = _output_layer(model).register_forward_hook(hook)
     try:
-        logits = model(**inputs, logits_to_keep=keep, use_cache=False).logits
+        logits = model(**inputs, logits_to_keep=keep_dev, use_cache=False).logits  # (B, len(keep), V)
     finally:
         if handle is not None:
             handle.remove()
-    logits = logits[:, -keep:-1]  # (B, width - start, V): row j predicts token start + j
-    targets = ids[:, start:]
-    logp = torch.zeros((batch, width), dtype=torch.float32, device=ids.device)
-    entropy = torch.zeros_like(logp) if with_entropy else None
     rows_logp, rows_ent = [], []
-    for b in range(batch):  # per row: the fp32 log-softmax of one sequence at a time
-        lsm = torch.log_softmax(logits[b].float() / temperature, dim=-1)
-        rows_logp.append(lsm.gather(-1, targets[b][:, None]).squeeze(-1))
+    for b, (s, e) in enumerate(zip(starts, ends, strict=True)):  # per row: the fp32 log-softmax of its own span
+        rel = torch.searchsorted(keep, torch.arange(s - 1, e - 1)).to(ids.device)
+        lsm = torch.log_softmax(logits[b, rel].float() / temperature, dim=-1)
+        before = lsm.new_zeros(s)
+        after = lsm.new_zeros(width - e)
+        rows_logp.append(torch.cat([before, lsm.gather(-1, ids[b, s:e, None]).squeeze(-1), after]))
         if with_entropy:
             with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-                rows_ent.append(-(lsm.exp() * lsm).sum(-1))
-    logp = torch.cat([logp[:, :start], torch.stack(rows_logp)], dim=1)
-    if with_entropy:
-        entropy = torch.cat([entropy[:, :start], torch.stack(rows_ent)], dim=1)
+                rows_ent.append(torch.cat([before, -(lsm.exp() * lsm).sum(-1), after]))
+    logp = torch.stack(rows_logp)
+    entropy = torch.stack(rows_ent) if with_entropy else None
     return Scores(logp=logp, entropy=entropy, hidden=captured.get("hidden"))
 
 

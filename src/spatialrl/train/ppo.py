@@ -98,9 +98,9 @@ def make_sample(step: Step, tokenizer: Any, cfg: PPOConfig) -> Sample:
 
 
 def batch_inputs(turns: TurnTokenizer, samples: list[Sample], device: Any, vision: tuple[Any, Any] | None = None,
-                 ) -> tuple[dict[str, Any], int, torch.Tensor, torch.Tensor]:
-    """Right-padded inputs of sample prefixes, the first scored position, the ``(B, W)`` token weights
-    and the ``(B,)`` value positions (last prompt token before each answer). ``vision`` = ``(cache,
+                 ) -> tuple[dict[str, Any], tuple[list[int], list[int]], torch.Tensor, torch.Tensor]:
+    """Right-padded inputs of sample prefixes, each row's scored span ``(starts, ends)`` (its answer), the
+    ``(B, W)`` token weights and the ``(B,)`` value positions (last prompt token before each answer). ``vision`` = ``(cache,
     unwrapped model)``: image features from the update's vision cache (a frozen tower's features are
     those the rollout computed)."""
     inputs = collate_inputs(turns, [(s.segment, s.end) for s in samples], "right", device, vision)
@@ -108,9 +108,9 @@ def batch_inputs(turns: TurnTokenizer, samples: list[Sample], device: Any, visio
     weights = torch.zeros((len(samples), width), device=device)
     for b, s in enumerate(samples):
         weights[b, s.answer_start:s.end] = torch.tensor(s.weights, dtype=torch.float32)
-    start = min(s.answer_start for s in samples)
+    span = ([s.answer_start for s in samples], [s.end for s in samples])
     positions = torch.tensor([s.answer_start - 1 for s in samples], device=device)
-    return inputs, start, weights, positions
+    return inputs, span, weights, positions
 
 
 def forward_samples(model: Any, head: Any, turns: TurnTokenizer, samples: list[Sample], temperature: float,
@@ -118,9 +118,9 @@ def forward_samples(model: Any, head: Any, turns: TurnTokenizer, samples: list[S
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(per-token log-probs ``(B, W)``, token weights ``(B, W)``, values ``(B,)``, mean answer-token
     entropy ``(B,)`` or None). ``head`` is called as is (``critic_head`` detaches its input)."""
-    inputs, start, weights, positions = batch_inputs(turns, samples, device, vision)
-    sc = score_tokens(model, inputs, start, temperature, with_entropy=with_entropy, hidden_positions=positions,
-                      value_head=head, entropy_grad=entropy_grad)
+    inputs, (starts, ends), weights, positions = batch_inputs(turns, samples, device, vision)
+    sc = score_tokens(model, inputs, starts, temperature, with_entropy=with_entropy, hidden_positions=positions,
+                      value_head=head, entropy_grad=entropy_grad, end=ends)
     entropy = None
     if sc.entropy is not None:
         entropy = losses.masked_mean(sc.entropy, weights > 0, dim=-1)
@@ -247,10 +247,10 @@ def score(cfg: PPOConfig, run: Run, upd: Update, model: Any, head: Any, turns: T
         idx = live[lo:lo + micro]
         segs = [pool.slots[i].segment for i in idx]
         inputs = turns.collate([(sg, len(sg)) for sg in segs], padding_side="right", device=run.device)
-        width = inputs["input_ids"].shape[1]
         pos = torch.tensor([len(sg) - 1 for sg in segs], device=run.device)
-        start = min(min(len(sg) for sg in segs), width - 1)
-        sc = score_tokens(model, inputs, start, temperature, hidden_positions=pos, value_head=head)
+        # only the value at each row's last token is wanted: score one token per row (the cheapest span)
+        sc = score_tokens(model, inputs, [len(sg) - 1 for sg in segs], temperature, hidden_positions=pos,
+                          value_head=head, end=[len(sg) for sg in segs])
         next_value[idx] = sc.hidden.float().cpu()
     return next_value
 
