@@ -144,7 +144,7 @@ def main() -> None:
     ap.add_argument("--minibatch-size", type=int, nargs="+", default=[4],
                     help="samples per forward (PPO; GRPO micro-batch); several values run side by side at the "
                          "first one's samples per optimiser step (--grad-accum scaled)")
-    ap.add_argument("--shuffle", nargs="+", default=["samples"], choices=["samples", "batches"],
+    ap.add_argument("--shuffle", nargs="+", default=["samples"], choices=["samples", "batches", "episodes"],
                     help="PPO epoch order per row (batches: the scoring pass's micro-batches, one turn each)")
     ap.add_argument("--grad-accum", type=int, default=16, help="PPO micro-batches per optimiser step at the first --minibatch-size")
     ap.add_argument("--tasks", type=int, default=8, help="GRPO tasks per update")
@@ -192,7 +192,10 @@ def main() -> None:
             for m in args.minibatch_size for sh in args.shuffle for g in args.merge_lora]
     per_step = args.minibatch_size[0] * args.grad_accum
     for offload, cache_mb, kv, lora_r, mb, order, merge in grid:
-        args.cache_mb, args.kv, args.lora_r, args.mb, args.accum = cache_mb, kv, lora_r, mb, max(1, per_step // mb)
+        # shuffle episodes: a micro-batch holds mb conversations of ~num_steps/num_envs samples each (an
+        # episode longer than the update's turns); the optimiser step keeps ~per_step samples
+        per_micro = mb * (max(1, args.num_steps // args.num_envs) if order == "episodes" else 1)
+        args.cache_mb, args.kv, args.lora_r, args.mb, args.accum = cache_mb, kv, lora_r, mb, max(1, per_step // per_micro)
         args.order, args.merge = order, merge == "on" and lora_r > 0
         for algo in args.algos:
             model, processor = build(args.model, args.device)

@@ -109,6 +109,20 @@ def test_both_ratios_are_one_with_unchanged_weights(tmp_path, tiny_model_dir, le
         assert -math.inf < last["value/explained_variance"] <= 1.0
 
 
+def test_episode_shuffle_packs_turns_and_keeps_ratio_one(tmp_path, tiny_model_dir, letter_suite):
+    """``shuffle: episodes`` (a conversation's turns scored in one row): at lr 0 the epochs' packed rows
+    give back the scoring pass's log-probs (ratio 1), and with a learning rate it trains, deterministically."""
+    over = {"updates": 1, "num_envs": 2, "num_steps": 6, "shuffle": "episodes", "micro_batch_size": 1,
+            "grad_accum": 2, "task.options": {"letters": "e", "turns": 3}}
+    last = train(ppo_config(tmp_path / "lr0", tiny_model_dir, **over, **{"optim.lr": 0.0}))["last"]
+    assert last["losses/ratio"] == pytest.approx(1.0, abs=1e-5)
+    assert last["losses/approx_kl"] == pytest.approx(0.0, abs=1e-6)
+    runs = [ppo_config(tmp_path / name, tiny_model_dir, **{**over, "updates": 2}) for name in ("a", "b")]
+    for cfg in runs:
+        train(cfg)
+    assert_same_run(runs[0].output_dir, runs[1].output_dir, 2, DETERMINISTIC)
+
+
 def test_token_and_sequence_ratios_on_the_same_rollout(tmp_path, tiny_model_dir, letter_suite):
     """The same first update (same rollout, same old log-probs) with each ratio: the token variant trains
     on its own clip fraction, and logs the sequence one the other variant would have seen."""

@@ -73,3 +73,53 @@ def test_spans_outside_the_batch_are_refused():
         score_tokens(model, inputs, [1, 2, 3])
     with pytest.raises(ValueError, match="hidden_positions"):
         score_tokens(model, inputs, 1, hidden_positions=torch.tensor([0, width]))
+
+
+@pytest.mark.parametrize("family", sorted(BUILDERS))
+def test_a_conversations_turns_packed_in_one_row_score_as_their_own_prefixes(family):
+    """PPO's packing (``ppo.batch_inputs``): the three answers of one conversation scored in a single row
+    (several spans, a value per answer) give each answer the log-probs, entropy and value of its own prefix
+    scored alone — causal attention (and, for Mllama, the cross-attention mask) sees nothing after it."""
+    from spatialrl.train.ppo import Sample, forward_samples
+
+    model, turns, segs = _segments(family)
+    model.eval()
+    seg = segs[1]  # three turns
+    head = torch.nn.Linear(model.get_output_embeddings().in_features, 1)
+    value = lambda h: head(h.float()).squeeze(-1)  # noqa: E731
+    samples = []
+    for k in range(3):
+        start, end = seg.turn_span(k)
+        samples.append(Sample(seg, start, end, [1.0] * (end - start)))
+    with torch.no_grad():
+        packed = forward_samples(model, value, turns, samples + [Sample(segs[0], *segs[0].turn_span(0), [1.0] * 4)],
+                                 1.0, True, "cpu")
+        alone = [forward_samples(model, value, turns, [s], 1.0, True, "cpu") for s in samples]
+    assert packed[0].shape[0] == 4  # one row per sample, though the forward had two
+    for k, (logp, weights, val, ent) in enumerate(alone):
+        s = samples[k]
+        torch.testing.assert_close(packed[0][k, s.answer_start:s.end], logp[0, s.answer_start:s.end], atol=1e-5, rtol=0)
+        assert torch.equal(packed[1][k, :s.end], weights[0, :s.end]) and not packed[1][k, s.end:].any()
+        torch.testing.assert_close(packed[2][k], val[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(packed[3][k], ent[0], atol=1e-5, rtol=0)
+
+
+def test_episode_shuffle_keeps_conversations_whole():
+    import numpy as np
+
+    from spatialrl.train.rl_common import epoch_micro_batches, scoring_micro_batches
+
+    groups = [0, 1, 2, 0, 1, 3, 0]  # sample i belongs to conversation groups[i]
+    rng = np.random.default_rng(0)
+    epochs = [epoch_micro_batches(len(groups), 2, "episodes", rng, groups) for _ in range(4)]
+    for micro in epochs:
+        assert sorted(i for b in micro for i in b) == list(range(len(groups)))
+        assert [len({groups[i] for i in b}) for b in micro] == [2, 2]  # two whole conversations per batch
+        for b in micro:
+            for g in {groups[i] for i in b}:
+                assert all(i in b for i, h in enumerate(groups) if h == g)
+    assert len({tuple(map(tuple, m)) for m in epochs}) > 1  # reshuffled each epoch
+    assert scoring_micro_batches(groups, 2, "episodes") == [[0, 3, 6, 1, 4], [2, 5]]
+    assert scoring_micro_batches(groups, 3, "samples") == [[0, 1, 2], [3, 4, 5], [6]]
+    with pytest.raises(ValueError, match="conversation"):
+        epoch_micro_batches(len(groups), 2, "episodes", rng)

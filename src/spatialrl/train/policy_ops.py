@@ -150,27 +150,55 @@ def _per_row(value: int | list[int] | torch.Tensor, batch: int, name: str) -> li
     return rows
 
 
+def _row_spans(start: int | list[int] | torch.Tensor | None, end: int | list[int] | torch.Tensor | None,
+               spans: list[list[tuple[int, int]]] | None, batch: int, width: int) -> list[list[tuple[int, int]]]:
+    """Every row's scored ``[start, end)`` spans, checked: inside the batch, in order, not overlapping."""
+    if spans is None:
+        if start is None:
+            raise ValueError("score_tokens needs start (and optionally end) or spans")
+        starts, ends = _per_row(start, batch, "start"), _per_row(width if end is None else end, batch, "end")
+        spans = [[(s, e)] for s, e in zip(starts, ends, strict=True)]
+    elif start is not None or end is not None:
+        raise ValueError("score_tokens takes start/end or spans, not both")
+    if len(spans) != batch:
+        raise ValueError(f"spans has {len(spans)} rows for a batch of {batch} rows")
+    for row in spans:
+        last = 1
+        for s, e in row:
+            if not last <= s < e <= width:
+                raise ValueError(f"scored spans {row} outside a batch of width {width} (need 1 <= start < end, in "
+                                 "order, not overlapping)")
+            last = e
+    return spans
+
+
 def score_tokens(
     model: Any,
     inputs: dict[str, torch.Tensor],
-    start: int | list[int] | torch.Tensor,
+    start: int | list[int] | torch.Tensor | None,
     temperature: float = 1.0,
     with_entropy: bool = False,
     hidden_positions: torch.Tensor | None = None,
     value_head: torch.nn.Module | None = None,
     entropy_grad: bool = True,
     end: int | list[int] | torch.Tensor | None = None,
+    spans: list[list[tuple[int, int]]] | None = None,
+    hidden_rows: torch.Tensor | None = None,
 ) -> Scores:
-    """One forward pass: per-token log-probs (and entropy) of tokens ``start <= t < end`` — one int for
-    every row, or one per row — and the final hidden state at ``hidden_positions`` (``(B,)`` absolute
-    positions) — or, with ``value_head``, its values there, shape ``(B,)``.
+    """One forward pass: per-token log-probs (and entropy) of the scored tokens, and the final hidden
+    state at ``hidden_positions`` — or, with ``value_head``, its values there.
+
+    Scored tokens: ``start <= t < end`` (one int for every row, or one per row; ``end`` defaults to the
+    width), or ``spans``: per row a list of ``[start, end)`` spans — several answers of one conversation
+    scored in one row (PPO packs a conversation's turns so: causal attention gives each answer the
+    log-probs of its own prefix). ``hidden_positions``: ``(B,)`` absolute positions, one per row, or with
+    ``hidden_rows`` (same length) any number of ``(row, position)`` pairs; the result has their length.
 
     Logits are computed only at the positions some row scores or reads a hidden state from (transformers'
     ``logits_to_keep`` as an index tensor): in a right-padded batch whose rows answer at different depths
     (a turn-1 answer beside a turn-3 one), keeping every position from the earliest answer on would
-    materialise ``B × (width − min start) × vocab`` logits — 9.5 GiB of bf16 for four rows of a 7B Qwen at
-    ~1,250 positions — where the rows' own spans need a few hundred. Each row's fp32 log-softmax likewise
-    runs over its own span only.
+    materialise ``B × (width − min start) × vocab`` logits, where the rows' own spans need a few hundred
+    (``benchmarks/score_spans.py``). Each row's fp32 log-softmax likewise runs over its own spans only.
 
     Log-probs use ``logits / temperature``: the distribution the tokens were sampled from (SFTvsRL
     divides by its sampling temperature 0.2 as well). Gradients flow unless called under ``no_grad``.
@@ -180,47 +208,45 @@ def score_tokens(
     """
     ids = inputs["input_ids"]
     batch, width = ids.shape
-    starts = _per_row(start, batch, "start")
-    ends = _per_row(width if end is None else end, batch, "end")
-    for s, e in zip(starts, ends, strict=True):
-        if not 1 <= s < e <= width:
-            raise ValueError(f"scored span [{s}, {e}) outside a batch of width {width} (need 1 <= start < end)")
+    spans = _row_spans(start, end, spans, batch, width)
+    scored = [torch.cat([torch.arange(s, e) for s, e in row]) for row in spans]  # each row's scored tokens
     need = torch.zeros(width, dtype=torch.bool)
-    for s, e in zip(starts, ends, strict=True):
-        need[s - 1:e - 1] = True  # the logits at position t - 1 predict token t
+    for positions in scored:
+        need[positions - 1] = True  # the logits at position t - 1 predict token t
     if hidden_positions is not None:
         hp = hidden_positions.detach().cpu().long()
-        if bool((hp < 0).any()) or bool((hp >= width).any()):
-            raise ValueError(f"hidden_positions must lie in [0, {width})")
+        rows = torch.arange(batch) if hidden_rows is None else hidden_rows.detach().cpu().long()
+        if hp.shape != rows.shape:
+            raise ValueError(f"hidden_positions {tuple(hp.shape)} and hidden_rows {tuple(rows.shape)} differ in shape")
+        if bool((hp < 0).any()) or bool((hp >= width).any()) or bool((rows < 0).any()) or bool((rows >= batch).any()):
+            raise ValueError(f"hidden_positions must lie in [0, {width}) and hidden_rows in [0, {batch})")
         need[hp] = True
     keep = need.nonzero().squeeze(1)  # sorted absolute positions; logits come back at these, in order
-    keep_dev = keep.to(ids.device)
     captured: dict[str, torch.Tensor] = {}
     handle = None
     if hidden_positions is not None:
-        rel_hidden = torch.searchsorted(keep, hp).to(ids.device)
+        rel_hidden = torch.searchsorted(keep, hp)
 
         def hook(_module, args, _output):
             h = args[0]  # (B, len(keep), H): final hidden states at the kept positions
-            picked = h[torch.arange(h.shape[0], device=h.device), rel_hidden.to(h.device)]
+            picked = h[rows.to(h.device), rel_hidden.to(h.device)]
             captured["hidden"] = value_head(picked) if value_head is not None else picked
 
         handle = _output_layer(model).register_forward_hook(hook)
     try:
-        logits = model(**inputs, logits_to_keep=keep_dev, use_cache=False).logits  # (B, len(keep), V)
+        logits = model(**inputs, logits_to_keep=keep.to(ids.device), use_cache=False).logits  # (B, len(keep), V)
     finally:
         if handle is not None:
             handle.remove()
     rows_logp, rows_ent = [], []
-    for b, (s, e) in enumerate(zip(starts, ends, strict=True)):  # per row: the fp32 log-softmax of its own span
-        rel = torch.searchsorted(keep, torch.arange(s - 1, e - 1)).to(ids.device)
-        lsm = torch.log_softmax(logits[b, rel].float() / temperature, dim=-1)
-        before = lsm.new_zeros(s)
-        after = lsm.new_zeros(width - e)
-        rows_logp.append(torch.cat([before, lsm.gather(-1, ids[b, s:e, None]).squeeze(-1), after]))
+    for b, positions in enumerate(scored):  # per row: the fp32 log-softmax of its own spans
+        lsm = torch.log_softmax(logits[b, torch.searchsorted(keep, positions - 1).to(ids.device)].float() / temperature,
+                                dim=-1)
+        at = positions.to(ids.device)
+        rows_logp.append(lsm.new_zeros(width).index_put((at,), lsm.gather(-1, ids[b, at, None]).squeeze(-1)))
         if with_entropy:
             with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-                rows_ent.append(torch.cat([before, -(lsm.exp() * lsm).sum(-1), after]))
+                rows_ent.append(lsm.new_zeros(width).index_put((at,), -(lsm.exp() * lsm).sum(-1)))
     logp = torch.stack(rows_logp)
     entropy = torch.stack(rows_ent) if with_entropy else None
     return Scores(logp=logp, entropy=entropy, hidden=captured.get("hidden"))

@@ -98,33 +98,49 @@ def make_sample(step: Step, tokenizer: Any, cfg: PPOConfig) -> Sample:
 
 
 def batch_inputs(turns: TurnTokenizer, samples: list[Sample], device: Any, vision: tuple[Any, Any] | None = None,
-                 ) -> tuple[dict[str, Any], tuple[list[int], list[int]], torch.Tensor, torch.Tensor]:
-    """Right-padded inputs of sample prefixes, each row's scored span ``(starts, ends)`` (its answer), the
-    ``(B, W)`` token weights and the ``(B,)`` value positions (last prompt token before each answer). ``vision`` = ``(cache,
-    unwrapped model)``: image features from the update's vision cache (a frozen tower's features are
-    those the rollout computed)."""
-    inputs = collate_inputs(turns, [(s.segment, s.end) for s in samples], "right", device, vision)
+                 ) -> tuple[dict[str, Any], list[list[tuple[int, int]]], torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded inputs with one row per conversation: samples of one segment (a conversation's turns)
+    share the row, scored through its last sample's answer — causal attention gives each answer the
+    log-probs and value of its own prefix, and the shared prefix is computed once. Returns the inputs,
+    each row's scored spans (its samples' answers), the per-sample ``(N, W)`` token weights, the ``(N,)``
+    value positions (last prompt token before each answer) and the ``(N,)`` row of each sample.
+    ``vision`` = ``(cache, unwrapped model)``: image features from the update's vision cache (a frozen
+    tower's features are those the rollout computed)."""
+    row_ids: dict[int, int] = {}
+    rows = [row_ids.setdefault(id(s.segment), len(row_ids)) for s in samples]
+    members: list[list[Sample]] = [[] for _ in row_ids]
+    for s, r in zip(samples, rows, strict=True):
+        members[r].append(s)
+    inputs = collate_inputs(turns, [(m[0].segment, max(x.end for x in m)) for m in members], "right", device, vision)
     width = inputs["input_ids"].shape[1]
     weights = torch.zeros((len(samples), width), device=device)
     for b, s in enumerate(samples):
         weights[b, s.answer_start:s.end] = torch.tensor(s.weights, dtype=torch.float32)
-    span = ([s.answer_start for s in samples], [s.end for s in samples])
+    spans = [sorted((x.answer_start, x.end) for x in m) for m in members]
     positions = torch.tensor([s.answer_start - 1 for s in samples], device=device)
-    return inputs, span, weights, positions
+    return inputs, spans, weights, positions, torch.tensor(rows, device=device)
 
 
 def forward_samples(model: Any, head: Any, turns: TurnTokenizer, samples: list[Sample], temperature: float,
              with_entropy: bool, device: Any, entropy_grad: bool = True, vision: tuple[Any, Any] | None = None,
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """(per-token log-probs ``(B, W)``, token weights ``(B, W)``, values ``(B,)``, mean answer-token
-    entropy ``(B,)`` or None). ``head`` is called as is (``critic_head`` detaches its input)."""
-    inputs, (starts, ends), weights, positions = batch_inputs(turns, samples, device, vision)
-    sc = score_tokens(model, inputs, starts, temperature, with_entropy=with_entropy, hidden_positions=positions,
-                      value_head=head, entropy_grad=entropy_grad, end=ends)
+    """(per-token log-probs ``(N, W)``, token weights ``(N, W)``, values ``(N,)``, mean answer-token
+    entropy ``(N,)`` or None), one row per sample (a packed conversation's row repeated for each of its
+    samples; the weights select each one's answer). ``head`` is called as is (``critic_head`` detaches
+    its input)."""
+    inputs, spans, weights, positions, rows = batch_inputs(turns, samples, device, vision)
+    sc = score_tokens(model, inputs, None, temperature, with_entropy=with_entropy, hidden_positions=positions,
+                      value_head=head, entropy_grad=entropy_grad, spans=spans, hidden_rows=rows)
     entropy = None
     if sc.entropy is not None:
-        entropy = losses.masked_mean(sc.entropy, weights > 0, dim=-1)
-    return sc.logp, weights, sc.hidden.float(), entropy
+        entropy = losses.masked_mean(sc.entropy[rows], weights > 0, dim=-1)
+    return sc.logp[rows], weights, sc.hidden.float(), entropy
+
+
+def conversation_ids(samples: list[Sample]) -> list[int]:
+    """Each sample's conversation (its segment), numbered in order of first appearance."""
+    ids: dict[int, int] = {}
+    return [ids.setdefault(id(s.segment), len(ids)) for s in samples]
 
 
 def old_token_logps(samples: list[Sample], width: int, device: Any) -> torch.Tensor:
@@ -234,8 +250,8 @@ def score(cfg: PPOConfig, run: Run, upd: Update, model: Any, head: Any, turns: T
     temperature, micro = cfg.sampling.temperature, cfg.micro_batch_size
     upd.samples = [[make_sample(s, turns.tokenizer, cfg) for s in row] for row in upd.steps]
     flat = upd.flat
-    for lo in range(0, len(flat), micro):
-        chunk = flat[lo:lo + micro]
+    for idx in rl_common.scoring_micro_batches(conversation_ids(flat), micro, cfg.shuffle):
+        chunk = [flat[j] for j in idx]
         token_logp, weights, value, _ = forward_samples(model, head, turns, chunk, temperature, False, run.device,
                                                         vision=vision)
         logp = losses.weighted_sequence_logprob(token_logp, weights)
@@ -286,9 +302,11 @@ def optimise(cfg: PPOConfig, run: Run, flat: list[Sample], head: Any, turns: Tur
     grad_norms: list[float] = []
     order_rng = np.random.default_rng([cfg.seed, run.rank, update])
     for epoch in range(cfg.epochs):
-        micro = rl_common.epoch_micro_batches(len(flat), cfg.micro_batch_size, cfg.shuffle, order_rng)
+        micro = rl_common.epoch_micro_batches(len(flat), cfg.micro_batch_size, cfg.shuffle, order_rng,
+                                              conversation_ids(flat))
         for lo in range(0, len(micro), cfg.grad_accum):
             group = micro[lo:lo + cfg.grad_accum]
+            n_step = sum(len(idx) for idx in group)  # the optimiser step's samples: its loss is their mean
             for i, idx in enumerate(group):
                 last = i == len(group) - 1
                 chunk = [flat[j] for j in idx]
@@ -308,7 +326,9 @@ def optimise(cfg: PPOConfig, run: Run, flat: list[Sample], head: Any, turns: Tur
                     loss = cfg.value_coef * value_loss + (0.0 if warmup else 1.0) * action_loss
                     if cfg.entropy_coef > 0 and not warmup:
                         loss = loss - cfg.entropy_coef * entropy.mean()
-                    acc.backward(loss / len(group))  # the mean over the optimiser step's micro-batches
+                    # the mean over the optimiser step's samples (micro-batches of whole conversations,
+                    # shuffle: episodes, differ in size; equal sizes give the mean of the micro-batch means)
+                    acc.backward(loss * len(chunk) / n_step)
                     if last and (norm := run.optimizer_step()) is not None:
                         grad_norms.append(norm)
                 k = len(chunk)

@@ -67,12 +67,37 @@ def critic_head(head: Any, detach: bool) -> Callable[[Any], Any]:
     return lambda hidden: head(hidden.detach())
 
 
-def epoch_micro_batches(n: int, size: int, shuffle: str, rng: np.random.Generator) -> list[list[int]]:
+def _conversations(groups: list[int]) -> list[list[int]]:
+    members: dict[int, list[int]] = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    return list(members.values())
+
+
+def scoring_micro_batches(groups: list[int], size: int, shuffle: str) -> list[list[int]]:
+    """The scoring pass's micro-batches of sample indices: ``[0, size)``, ``[size, 2·size)``, ...; with
+    ``shuffle: episodes``, ``size`` whole conversations each (``groups``: each sample's conversation)."""
+    if shuffle == "episodes":
+        convs = _conversations(groups)
+        return [[i for c in convs[lo:lo + size] for i in c] for lo in range(0, len(convs), size)]
+    return [list(range(lo, min(lo + size, len(groups)))) for lo in range(0, len(groups), size)]
+
+
+def epoch_micro_batches(n: int, size: int, shuffle: str, rng: np.random.Generator,
+                        groups: list[int] | None = None) -> list[list[int]]:
     """One epoch's micro-batches of sample indices. ``samples``: a fresh permutation cut into batches;
-    ``batches``: the scoring pass's batches (``[0, size)``, ``[size, 2·size)``, ...) in shuffled order."""
+    ``batches``: the scoring pass's batches (``[0, size)``, ``[size, 2·size)``, ...) in shuffled order;
+    ``episodes``: whole conversations (``groups``: each sample's conversation), shuffled, ``size``
+    conversations per micro-batch — a conversation's turns then share one row of one forward pass."""
     if shuffle == "batches":
         scoring = [list(range(lo, min(lo + size, n))) for lo in range(0, n, size)]
         return [scoring[i] for i in rng.permutation(len(scoring)).tolist()]
+    if shuffle == "episodes":
+        if groups is None or len(groups) != n:
+            raise ValueError("shuffle 'episodes' needs each sample's conversation (groups)")
+        convs = _conversations(groups)
+        convs = [convs[i] for i in rng.permutation(len(convs)).tolist()]
+        return [[i for c in convs[lo:lo + size] for i in c] for lo in range(0, len(convs), size)]
     order = rng.permutation(n).tolist()
     return [order[i:i + size] for i in range(0, n, size)]
 

@@ -112,9 +112,11 @@ class PPOConfig:
     grad_accum: int = field(default=128, metadata=_help("Forward passes per optimiser step (SFTvsRL: 128)."))
     shuffle: str = field(
         default="samples",
-        metadata=_help("Epoch order: 'samples' (shuffle steps into new micro-batches) or 'batches' (keep the "
+        metadata=_help("Epoch order: 'samples' (shuffle steps into new micro-batches), 'batches' (keep the "
                        "scoring pass's micro-batches whole, shuffle their order: each training forward then has "
-                       "the exact shapes that fixed π_old; bf16 on a GPU changes numerics with batch shape)."),
+                       "the exact shapes that fixed π_old; bf16 on a GPU changes numerics with batch shape) or "
+                       "'episodes' (micro-batches of micro_batch_size whole conversations, shuffled: a "
+                       "conversation's turns are scored in one row, its shared prefix computed once)."),
     )
     clip: float = field(default=0.1, metadata=_help("PPO ratio clip ε (SFTvsRL clip_param 0.1)."))
     ratio: Literal["sequence", "token"] = field(
@@ -173,8 +175,8 @@ class PPOConfig:
         _positive(self, "updates", "num_envs", "num_steps", "epochs", "micro_batch_size", "grad_accum")
         if self.num_steps % self.num_envs:
             raise ConfigError(f"num_steps ({self.num_steps}) must be a multiple of num_envs ({self.num_envs})")
-        if self.shuffle not in ("samples", "batches"):
-            raise ConfigError(f"shuffle: expected 'samples' or 'batches', got {self.shuffle!r}")
+        if self.shuffle not in ("samples", "batches", "episodes"):
+            raise ConfigError(f"shuffle: expected 'samples', 'batches' or 'episodes', got {self.shuffle!r}")
         if self.sampling.temperature <= 0:
             raise ConfigError("sampling.temperature: PPO samples and scores with logits / temperature; must be > 0")
         if self.ratio not in ("sequence", "token"):
