@@ -97,6 +97,12 @@ def make_sample(step: Step, tokenizer: Any, cfg: PPOConfig) -> Sample:
     return Sample(seg, start, end, weights)
 
 
+def conversation_ids(samples: list[Sample]) -> list[int]:
+    """Each sample's conversation (its segment), numbered in order of first appearance."""
+    ids: dict[int, int] = {}
+    return [ids.setdefault(id(s.segment), len(ids)) for s in samples]
+
+
 def batch_inputs(turns: TurnTokenizer, samples: list[Sample], device: Any, vision: tuple[Any, Any] | None = None,
                  ) -> tuple[dict[str, Any], list[list[tuple[int, int]]], torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded inputs with one row per conversation: samples of one segment (a conversation's turns)
@@ -106,9 +112,8 @@ def batch_inputs(turns: TurnTokenizer, samples: list[Sample], device: Any, visio
     value positions (last prompt token before each answer) and the ``(N,)`` row of each sample.
     ``vision`` = ``(cache, unwrapped model)``: image features from the update's vision cache (a frozen
     tower's features are those the rollout computed)."""
-    row_ids: dict[int, int] = {}
-    rows = [row_ids.setdefault(id(s.segment), len(row_ids)) for s in samples]
-    members: list[list[Sample]] = [[] for _ in row_ids]
+    rows = conversation_ids(samples)
+    members: list[list[Sample]] = [[] for _ in range(max(rows) + 1)]
     for s, r in zip(samples, rows, strict=True):
         members[r].append(s)
     inputs = collate_inputs(turns, [(m[0].segment, max(x.end for x in m)) for m in members], "right", device, vision)
@@ -135,12 +140,6 @@ def forward_samples(model: Any, head: Any, turns: TurnTokenizer, samples: list[S
     if sc.entropy is not None:
         entropy = losses.masked_mean(sc.entropy[rows], weights > 0, dim=-1)
     return sc.logp[rows], weights, sc.hidden.float(), entropy
-
-
-def conversation_ids(samples: list[Sample]) -> list[int]:
-    """Each sample's conversation (its segment), numbered in order of first appearance."""
-    ids: dict[int, int] = {}
-    return [ids.setdefault(id(s.segment), len(ids)) for s in samples]
 
 
 def old_token_logps(samples: list[Sample], width: int, device: Any) -> torch.Tensor:
@@ -301,9 +300,9 @@ def optimise(cfg: PPOConfig, run: Run, flat: list[Sample], head: Any, turns: Tur
                           "clipped_sequence", "clipped_tokens", "tokens"), 0.0)
     grad_norms: list[float] = []
     order_rng = np.random.default_rng([cfg.seed, run.rank, update])
+    conversations = conversation_ids(flat)
     for epoch in range(cfg.epochs):
-        micro = rl_common.epoch_micro_batches(len(flat), cfg.micro_batch_size, cfg.shuffle, order_rng,
-                                              conversation_ids(flat))
+        micro = rl_common.epoch_micro_batches(len(flat), cfg.micro_batch_size, cfg.shuffle, order_rng, conversations)
         for lo in range(0, len(micro), cfg.grad_accum):
             group = micro[lo:lo + cfg.grad_accum]
             n_step = sum(len(idx) for idx in group)  # the optimiser step's samples: its loss is their mean

@@ -68,19 +68,23 @@ def critic_head(head: Any, detach: bool) -> Callable[[Any], Any]:
 
 
 def _conversations(groups: list[int]) -> list[list[int]]:
+    """Sample indices by conversation, in order of first appearance (``groups``: each sample's conversation)."""
     members: dict[int, list[int]] = {}
     for i, g in enumerate(groups):
         members.setdefault(g, []).append(i)
     return list(members.values())
 
 
+def _fill(units: list[list[int]], size: int) -> list[list[int]]:
+    """``size`` units (single samples or whole conversations) per micro-batch, in the given order."""
+    return [[i for unit in units[lo:lo + size] for i in unit] for lo in range(0, len(units), size)]
+
+
 def scoring_micro_batches(groups: list[int], size: int, shuffle: str) -> list[list[int]]:
     """The scoring pass's micro-batches of sample indices: ``[0, size)``, ``[size, 2·size)``, ...; with
     ``shuffle: episodes``, ``size`` whole conversations each (``groups``: each sample's conversation)."""
-    if shuffle == "episodes":
-        convs = _conversations(groups)
-        return [[i for c in convs[lo:lo + size] for i in c] for lo in range(0, len(convs), size)]
-    return [list(range(lo, min(lo + size, len(groups)))) for lo in range(0, len(groups), size)]
+    units = _conversations(groups) if shuffle == "episodes" else [[i] for i in range(len(groups))]
+    return _fill(units, size)
 
 
 def epoch_micro_batches(n: int, size: int, shuffle: str, rng: np.random.Generator,
@@ -90,16 +94,14 @@ def epoch_micro_batches(n: int, size: int, shuffle: str, rng: np.random.Generato
     ``episodes``: whole conversations (``groups``: each sample's conversation), shuffled, ``size``
     conversations per micro-batch — a conversation's turns then share one row of one forward pass."""
     if shuffle == "batches":
-        scoring = [list(range(lo, min(lo + size, n))) for lo in range(0, n, size)]
+        scoring = scoring_micro_batches(list(range(n)), size, shuffle)
         return [scoring[i] for i in rng.permutation(len(scoring)).tolist()]
     if shuffle == "episodes":
         if groups is None or len(groups) != n:
             raise ValueError("shuffle 'episodes' needs each sample's conversation (groups)")
         convs = _conversations(groups)
-        convs = [convs[i] for i in rng.permutation(len(convs)).tolist()]
-        return [[i for c in convs[lo:lo + size] for i in c] for lo in range(0, len(convs), size)]
-    order = rng.permutation(n).tolist()
-    return [order[i:i + size] for i in range(0, n, size)]
+        return _fill([convs[i] for i in rng.permutation(len(convs)).tolist()], size)
+    return _fill([[i] for i in rng.permutation(n).tolist()], size)
 
 
 def answer_metrics(suite: Any, answers: list[str], prefix: str = "rollout/answer_") -> dict[str, float]:
