@@ -104,6 +104,7 @@ def run_ppo(args, model, processor, data, out, offload) -> dict[str, Any]:
             "update_seconds": r["train/update_seconds"], "collect_seconds": r["train/collect_seconds"],
             "score_train_seconds": r["train/update_seconds"] - r["train/collect_seconds"],  # scoring + epochs
             "samples_per_update": r["charts/update_samples"], "wall_seconds": time.perf_counter() - t0,
+            "samples_per_conversation": r.get("rollout/samples_per_conversation"),
             **{k.split("/")[1]: r[k] for k in ("train/generate_seconds", "train/env_seconds", "train/tokenize_seconds")},
             "num_envs": args.num_envs, "ppo_epochs": args.ppo_epochs, "minibatch_size": args.mb, "grad_accum": args.accum,
             "shuffle": args.order}
@@ -222,7 +223,8 @@ def main() -> None:
 
     print(f"\n{args.model} on {machine}; V-IRL VL {args.grid_size}² grids, {args.new_tokens}-token answers")
     print(f"{'algo':<5} {'offload':<8} {'cache MB':>8} {'kv':<7} {'lora':>4} {'merge':<5} {'mb':>3} {'shuffle':<7} {'samples/min':>11} "
-          f"{'update s':>9} {'rollout s':>9} {'generate':>8} {'env':>5} {'tokenize':>8} {'score+train':>11} {'peak GiB':>9}")
+          f"{'update s':>9} {'rollout s':>9} {'generate':>8} {'env':>5} {'tokenize':>8} {'score+train':>11} {'peak GiB':>9} "
+          f"{'samples/conv':>12}")
     for r in rows:
         lead = (f"{r['algo']:<5} {str(r['offload']):<8} {r['vision_cache_mb']:>8.0f} {r['kv_cache']:<7} {r['lora_r']:>4} "
                 f"{str(r.get('merge_lora', False)):<5} {r['minibatch_size']:>3} {str(r.get('shuffle') or '-'):<7}")
@@ -233,7 +235,7 @@ def main() -> None:
         roll = r.get("collect_seconds", r.get("rollout_seconds", 0.0))
         print(f"{lead} {spm:>11} {r['update_seconds']:>9.1f} {roll:>9.1f} {r['generate_seconds']:>8.1f} "
               f"{r['env_seconds']:>5.1f} {r['tokenize_seconds']:>8.1f} {r.get('score_train_seconds', 0.0):>11.1f} "
-              f"{r.get('peak_gpu_gib', 0.0):>9.1f}")
+              f"{r.get('peak_gpu_gib', 0.0):>9.1f} {r.get('samples_per_conversation') or 0.0:>12.2f}")
     print(f"seed: PPO ~{SEED_PPO_SAMPLES_PER_MIN:.0f} samples/min on 8×H800; rollout {SEED_ROLLOUT}; "
           f"target for the 11B-class model: >= {TARGET_11B:.0f} PPO samples/min on one H200")
 

@@ -15,7 +15,7 @@
 #      PPO and multi-turn GRPO with the 11B's settings (full fine-tune, AdamW on the GPU), then the rollout
 #      benchmark at batch 1, 8, 32 and 128
 #   7. with QWEN_LORA=1 (a command of its own): the 8.3B with a frozen tower, vision cache and LoRA r 16,
-#      PPO at micro-batch 1, samples and packed conversations (shuffle episodes) side by side
+#      PPO at micro-batch 1 with 16 envs x 4 turns, packed conversations (shuffle episodes) then samples
 # Every step has its own time limit, so a slow one cannot starve the rest; each writes its JSON as
 # soon as it has a row.
 #
@@ -38,12 +38,13 @@ step() {  # seconds label, then the command
 BIG=(--model llama11b-random --gradient-checkpointing --num-envs 16 --num-steps 32 --minibatch-size 1 --grad-accum 32
      --tasks 4 --group-size 4)
 if [ "${QWEN_LORA:-0}" = 1 ]; then
-  # the 8.3B's cheaper recipe (frozen tower + vision cache, LoRA r 16) at micro-batch 1, 32 samples per optimiser
-  # step: samples shuffled one per forward, then whole conversations (shuffle episodes: a conversation's two
-  # turns scored in one row). Micro-batch 4 runs out of memory on an 80 GB card (activations; 2026-12-06)
+  # the 8.3B's cheaper recipe (frozen tower + vision cache, LoRA r 16) at micro-batch 1, 64 samples per optimiser
+  # step (16 envs x 4 turns): whole conversations packed in one row (shuffle episodes: 47.4 samples/min on an
+  # H100, 2026-12-06), then one sample per forward (26.7). With 2 turns per env the random model's 3-answer
+  # episodes leave nothing to pack after update 1. Micro-batch 4 runs out of memory on an 80 GB card (activations)
   step "${LIMIT_QWEN_LORA:-540}" qwen-lora "$PY" "${B[@]}" --model qwen25vl7b-random --algos ppo --freeze-vision \
-    --vision-cache-mb 2048 --lora 16 --num-envs 16 --num-steps 32 --minibatch-size 1 --grad-accum 32 \
-    --shuffle samples episodes --offload none --out "$OUT/rl_speed-qwen25vl7b-random-lora.json"
+    --vision-cache-mb 2048 --lora 16 --num-envs 16 --num-steps 64 --minibatch-size 1 --grad-accum 64 \
+    --shuffle episodes samples --offload none --out "$OUT/rl_speed-qwen25vl7b-random-lora.json"
   tail -n 14 "$OUT"/logs/*.log; exit 0
 fi
 if [ "${QWEN:-0}" = 1 ]; then

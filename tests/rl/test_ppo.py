@@ -117,6 +117,8 @@ def test_episode_shuffle_packs_turns_and_keeps_ratio_one(tmp_path, tiny_model_di
     last = train(ppo_config(tmp_path / "lr0", tiny_model_dir, **over, **{"optim.lr": 0.0}))["last"]
     assert last["losses/ratio"] == pytest.approx(1.0, abs=1e-5)
     assert last["losses/approx_kl"] == pytest.approx(0.0, abs=1e-6)
+    # 2 envs x 3 turns from the reset: two whole 3-turn conversations, packed into two rows
+    assert last["rollout/samples_per_conversation"] == 3.0
     runs = [ppo_config(tmp_path / name, tiny_model_dir, **{**over, "updates": 2}) for name in ("a", "b")]
     for cfg in runs:
         train(cfg)

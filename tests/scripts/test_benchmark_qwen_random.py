@@ -65,6 +65,7 @@ def test_small_variant_runs_both_benchmarks(tmp_path):
     ppo, grpo = result["rows"]
     assert "error" not in ppo and "error" not in grpo
     assert ppo["algo"] == "ppo" and ppo["samples_per_min"] > 0 and ppo["samples_per_update"] == 2
+    assert ppo["samples_per_conversation"] == 1.0  # 2 envs x 1 turn: two one-sample conversations
     # multi-turn GRPO: 1 task x G 2 trajectories, each of at least one turn
     assert grpo["algo"] == "grpo" and grpo["trajectories"] == 2 and grpo["env_steps_per_update"] >= 2
     assert grpo["policy_tokens"] > 0

@@ -362,7 +362,10 @@ def update_metrics(cfg: PPOConfig, run: Run, upd: Update, feed: EpisodeFeed, sum
     metrics.update({"train/lr": lr, "train/collect_seconds": upd.t_collect, "train/update_seconds": elapsed,
                     "train/samples_per_minute": 60.0 * n_samples / max(1e-9, time.perf_counter() - t0),
                     "charts/env_steps": feed.counters["env_steps"], "charts/episodes": feed.counters["episodes_done"],
-                    "charts/update_samples": float(n_samples)})
+                    "charts/update_samples": float(n_samples),
+                    # what `shuffle: episodes` can pack: samples per conversation (segment) of this update; a
+                    # conversation cut by the update boundary counts once per update it spans
+                    "rollout/samples_per_conversation": n_samples / max(1, len(set(conversation_ids(upd.flat))))})
     metrics.update(vision_cache_metrics(vision_cache))
     metrics.update({f"train/{k}_seconds": v for k, v in upd.seconds.items()})  # where the rollout went
     if grad_norms:
