@@ -13,6 +13,10 @@
 #   ~30-60 s on the H200, an SFT step well under 1 s): the table's compute line gives the realised ratio.
 #   Runs of one seed batch (SEED_PARALLEL seeds at once, default all) share the GPU at the same time, so
 #   the two arms of a seed always see the same contention.
+#   Budgets longer than one command (TRAIN_MIN set, e.g. 12): every run gets SIGTERM PAUSE_S (60) seconds
+#   before TRAIN_END_S, finishes its update, saves a checkpoint and stops ("paused"); the next STAGE=train
+#   resumes it (checkpoint.resume=auto; the budget counts training time across resumes, spatialrl/train/
+#   run.py) until it reaches TRAIN_MIN and writes final/. Without TRAIN_MIN the budget fits one command.
 #   Evaluated (greedy) on EVAL_VIRL episodes per split (default 200): in-dist and rule-OOD (relative
 #   actions) on a metro city of seed 7, visual-OOD on a hillside city of seed 8 (EVAL_VIRL routes, one
 #   episode per route) — seeds never used in training (training city: metro seed 11; the built-in model's
@@ -55,6 +59,7 @@
 #   source scripts/gpu/prelude.sh && STAGE=train OUT=$OUT timeout 570 bash scripts/gpu/reproduce_findings.sh
 #   source scripts/gpu/prelude.sh && STAGE=eval  OUT=$OUT timeout 570 bash scripts/gpu/reproduce_findings.sh
 #     (again until the timeline says "findings written": the evals resume where they were cut)
+#   TRAIN_MIN=12 ... STAGE=train ... sent two or three times (the runs pause and resume) before STAGE=eval
 #   ... ARMS=tvr STAGE=train ... and ARMS=tvr STAGE=eval ... likewise for TVR (WORK keeps both groups;
 #   STAGE=eval with ARMS="virl tvr" at the end writes one findings.json with both experiments)
 #   SMOKE=1 OUT=/tmp/smoke-findings bash scripts/gpu/reproduce_findings.sh   # CPU rehearsal (STAGE=all,
@@ -64,9 +69,10 @@
 # The GPU machine needs .whl and .gl carried (bash scripts/gpu/bundle.sh once, here).
 #
 # Knobs (environment): STAGE (train | eval | all), ARMS (groups: virl, tvr; default virl), SEEDS,
-# SEED_PARALLEL, TRAIN_MIN (default: what the command leaves before TRAIN_END_S=540, at most 5),
+# SEED_PARALLEL, TRAIN_MIN (default: what the command leaves before TRAIN_END_S=540, at most 5; set: a total
+# budget over several STAGE=train commands), PAUSE_S (a paused run's seconds to save, 60),
 # END_S (every child is stopped by then, 550), RL_DTYPE (auto), WORK. V-IRL: EVAL_VIRL, VISION_REQUIRED,
-# RATIO, CRITIC_WARMUP, INIT_VIRL, PPO_LR (1e-5, the recipe's), SFT_LR (1e-4), PPO_UPDATES (a cap, 100:
+# RATIO, CRITIC_WARMUP, PPO_SHUFFLE (samples | episodes), PPO_MB, INIT_VIRL, PPO_LR (1e-5, the recipe's), SFT_LR (1e-4), PPO_UPDATES (a cap, 100:
 # the time budget ends the run), IN_EVAL, PPO_EVAL_EVERY (2), SFT_EVAL_EVERY (150), VIRL_EPISODES (expert
 # episodes for sft-more, 1000), EVAL_BATCH. TVR: EVAL_TVR (200), IN_EVAL_TVR (8), GRPO_LR (1e-4),
 # MULTI_TASKS (8), MULTI_EVERY / SINGLE_EVERY (in-training eval every 4 / 25 GRPO updates), TVR_BENCH,
@@ -135,9 +141,18 @@ COT_LR=${COT_LR:-1e-4}; COT_TOKENS=${COT_TOKENS:-128}   # 1e-4: a tenth of the V
 BENCH=${TVR_BENCH:-$ROOT/runs/gpu-inputs/tvr-bench}
 [ -f "$BENCH/bench.json" ] || BENCH=$WORK/data/tvr-bench
 GRID=$W_GRID   # the grid the built-in model was trained at (train_builtin.sh)
-SEED_PARALLEL=${SEED_PARALLEL:-$(wc -w <<< "$SEEDS")}
+SEED_PARALLEL=${SEED_PARALLEL:-$(wc -w <<< "$SEEDS")}; PAUSE_S=${PAUSE_S:-60}
 VISION_REQUIRED=${VISION_REQUIRED:-1}; IIT=$([ "$VISION_REQUIRED" = 1 ] && echo false || echo true)
 RATIO=${RATIO:-sequence}; CRITIC_WARMUP=${CRITIC_WARMUP:-0}; INIT_VIRL=${INIT_VIRL:-builtin:virl-sft}
+# PPO's epochs: one sample per row (samples, the reference) or a conversation's turns packed in one row
+# (episodes: micro-batches of PPO_MB conversations; the default 2 x grad_accum 4 keeps an optimiser step at
+# <= 32 samples with 4 turns per env and update, as the recipe's 8 samples x 4)
+PPO_SHUFFLE=${PPO_SHUFFLE:-samples}
+case "$PPO_SHUFFLE" in
+  samples) ;;
+  episodes) [ "$SMOKE" = 1 ] || PPO_SIZE+=(--micro_batch_size="${PPO_MB:-2}") ;;
+  *) echo "PPO_SHUFFLE: samples or episodes, got $PPO_SHUFFLE" >&2; exit 2 ;;
+esac
 PPO_LR=${PPO_LR:-1e-5}; SFT_LR=${SFT_LR:-1e-4}; PPO_UPDATES=${PPO_UPDATES:-100}; RL_DTYPE=${RL_DTYPE:-auto}
 CITY=$WORK/data/city-train; EVAL_CITY=$WORK/data/city-eval; OOD_CITY=$WORK/data/city-eval-hillside
 DATA=$WORK/data/virl-sft-more; COT_DATA=$WORK/data/tvr-cot-sft
@@ -211,7 +226,7 @@ in_train_eval() {  # the closed-loop evals for the curves: the first IN_EVAL epi
 }
 train_arm() {  # arm seed minutes
   local arm=$1 seed=$2 min=$3 name=$1-s$2 stop rc args
-  [ -d "$WORK/runs/$name/final" ] && { stamp "skip $name: trained"; return; }
+  [ -f "$WORK/runs/$name/summary.json" ] && [ -d "$WORK/runs/$name/final" ] && { stamp "skip $name: trained"; return; }
   local opts="{grid_size: $GRID, visual_data: $OOD_CITY, intersection_in_text: $IIT}"
   # shellcheck disable=SC2207
   args=($(in_train_eval))
@@ -239,21 +254,31 @@ train_arm() {  # arm seed minutes
           --seed=$((42 + seed)) --task.data="$CITY"
           "--task.options={split: in-dist, mode: vl, grid_size: $GRID, verify_iter: 2, seed: $((42 + seed)), episodes: 4096, intersection_in_text: $IIT}"
           --ratio="$RATIO" --critic_warmup="$CRITIC_WARMUP" --updates="$PPO_UPDATES" --optim.lr="$PPO_LR"
+          --shuffle="$PPO_SHUFFLE"
           --checkpoint.every=0 --eval.every="$PPO_EVAL_EVERY" "${args[@]}" "${PPO_SIZE[@]}")
   else
     args=(sft "$ROOT/configs/sft/virl_small.yaml" --model.path="$INIT_VIRL" "--model.preset_overrides={}"
           --seed="$seed" --data.train="$DATA" --optim.lr="$SFT_LR" --optim.warmup_ratio=0
           --eval.every="$SFT_EVAL_EVERY" "${args[@]}" "${SFT_SIZE[@]}")
   fi
-  stop=$(( TRAIN_END_S - $(elapsed) )); [ "$stop" -lt 30 ] && stop=30
-  stamp "train $name: $min min budget (stopped by SIGTERM within ${stop}s)"
-  timeout --signal=TERM --kill-after=20 "$stop" "${SRL[@]}" train "${args[@]}" "--eval.options=$opts" \
-      --output_dir="$WORK/runs/$name" --checkpoint.resume=never --logging.report_to=none \
-      --time_budget_minutes="$min" > "$LOGS/train-$name.log" 2>&1
+  # a budget set by hand may outlast the command: SIGTERM PAUSE_S early, so the run can save and pause
+  local margin=0 grace=20; [ -n "$TRAIN_MIN" ] && { margin=$PAUSE_S; grace=$PAUSE_S; }
+  stop=$(( TRAIN_END_S - margin - $(elapsed) )); [ "$stop" -lt 30 ] && stop=30
+  stamp "train $name: $min min budget (SIGTERM within ${stop}s: a run not done by then pauses)"
+  timeout --signal=TERM --kill-after="$grace" "$stop" "${SRL[@]}" train "${args[@]}" "--eval.options=$opts" \
+      --output_dir="$WORK/runs/$name" --checkpoint.resume=auto --logging.report_to=none \
+      --time_budget_minutes="$min" >> "$LOGS/train-$name.log" 2>&1
   rc=$?
-  if [ "$rc" = 0 ] && [ -d "$WORK/runs/$name/final" ]; then stamp "trained $name: $(summary_of "$name")"
+  # done = final/ and summary.json (written last, after the final eval); rc is 124 when SIGTERM came during
+  # the final save or eval, which the run then completes
+  if [ -d "$WORK/runs/$name/final" ] && [ -f "$WORK/runs/$name/summary.json" ]; then
+    stamp "trained $name: $(summary_of "$name")"
+  elif paused "$name"; then stamp "paused $name: $(summary_of "$name") (send STAGE=train again: it resumes)"
   else stamp "FAILED or cut: training $name, exit $rc (logs/train-$name.log): not usable at matched compute"
   fi
+}
+paused() {  # run name: a checkpoint to resume from (SIGTERM paused it after an update), no final model
+  compgen -G "$WORK/runs/$1/checkpoints/step-*" > /dev/null
 }
 summary_of() {  # run name → one line: updates/steps, seconds, and for PPO the clip fractions, the critic's
                # explained variance and the share of sampled answers in the relative (rule-OOD) vocabulary
@@ -293,8 +318,8 @@ stage_train() {
 }
 
 # ------------------------------------------------------------------------------------------- eval
-model_of() {  # run name → the model to evaluate: final/ only (a cut run did not get the matched budget)
-  [ -d "$WORK/runs/$1/final" ] && echo "$WORK/runs/$1/final"
+model_of() {  # run name → the model to evaluate: a finished run's final/ only (a cut or paused run did not
+  [ -d "$WORK/runs/$1/final" ] && [ -f "$WORK/runs/$1/summary.json" ] && echo "$WORK/runs/$1/final"  # get the budget
 }
 evaluate() {  # label agent: greedy, EVAL_VIRL episodes per split; resumes a cut evaluation
   local label=$1 agent=$2
@@ -321,8 +346,22 @@ spec() {  # the findings specs, from the run folders that have a final eval (pat
     echo "experiments:"
     if has_group virl; then
       echo "  virl-sft-vs-ppo:"
-      echo "    description: \"V-IRL VL from $INIT_VIRL, intersection_in_text=$IIT, $(budgets ppo sft-more) min of training per run (time budget), ratio=$RATIO, critic_warmup=$CRITIC_WARMUP\""
+      echo "    description: \"V-IRL VL from $INIT_VIRL, intersection_in_text=$IIT, $(budgets ppo sft-more) min of training per run (time budget), ratio=$RATIO, critic_warmup=$CRITIC_WARMUP, ppo shuffle=$PPO_SHUFFLE\""
       echo "    metric: success"
+      echo "    min_episodes: $(min_eps "$EVAL_VIRL" 200)"
+      echo "    arms:"
+      echo "      sft-more:"
+      echo "        label: \"+ continued SFT\""
+      echo "        seeds:"
+      arm_seeds sft-more
+      echo "      ppo:"
+      echo "        label: \"+ PPO (ratio $RATIO)\""
+      echo "        seeds:"
+      arm_seeds ppo
+      # the paper's rule-OOD metric (Fig. 6) is per-step accuracy: the same runs, per_step_accuracy per episode
+      echo "  virl-sft-vs-ppo-per-step:"
+      echo "    description: \"the same runs, metric per-step accuracy (mean over episodes of each episode's share of correct steps; the paper pools steps)\""
+      echo "    metric: per_step_accuracy"
       echo "    min_episodes: $(min_eps "$EVAL_VIRL" 200)"
       echo "    arms:"
       echo "      sft-more:"
@@ -365,6 +404,12 @@ spec() {  # the findings specs, from the run folders that have a final eval (pat
       echo "  virl-init:"
       echo "    description: the SFT initialisation $INIT_VIRL, greedy, evaluated once"
       echo "    metric: success"
+      echo "    min_episodes: $(min_eps "$EVAL_VIRL" 200)"
+      echo "    arms:"
+      echo "      sft-init: {label: SFT initialisation, seeds: {0: {eval: eval/sft-init}}}"
+      echo "  virl-init-per-step:"
+      echo "    description: the same evaluation, metric per-step accuracy"
+      echo "    metric: per_step_accuracy"
       echo "    min_episodes: $(min_eps "$EVAL_VIRL" 200)"
       echo "    arms:"
       echo "      sft-init: {label: SFT initialisation, seeds: {0: {eval: eval/sft-init}}}"

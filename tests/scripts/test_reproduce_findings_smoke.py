@@ -1,4 +1,5 @@
-"""The findings job's TVR group (issue 20), rehearsed on CPU (SMOKE=1 ARMS=tvr).
+"""The findings job (issue 20), rehearsed on CPU: the TVR group (SMOKE=1 ARMS=tvr) and the V-IRL group
+across commands (a budget longer than one command pauses and resumes).
 
 scripts/gpu/reproduce_findings.sh trains, per seed, grpo-multi, grpo-single, grpo-anchored (grpo-multi +
 pose-anchored step credit) and cot-sft (VA-SFT + continued SFT on CoT expert trajectories) at one time
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +100,47 @@ def check_outputs(out: Path, work: Path, seeds: set[str], timeline: str) -> None
     assert meta["cot"] is True and meta["options"]["memory"] == "va" and meta["options"]["split"] == "sft"
     eval_run = (work / "eval" / "cot-sft-s0" / "run.json").read_text()
     assert '"cot": true' in eval_run, eval_run[:2000]
+
+
+def run_stage(work: Path, out: Path, **env_over: str) -> str:
+    """One command of the V-IRL group's rehearsal; returns its timeline."""
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items()  # the script's SMOKE defaults, not the caller's
+           if k not in ("INIT_VIRL", "EVAL_VIRL", "IN_EVAL", "SEED_PARALLEL", "PPO_SHUFFLE", "END_S", "TRAIN_MIN",
+                        "TRAIN_END_S", "PAUSE_S")}
+    env.update({"SMOKE": "1", "ARMS": "virl", "SEEDS": "0", "WORK": str(work), "OUT": str(out), "PY": sys.executable,
+                **env_over})
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    proc = subprocess.run(["bash", str(ROOT / "scripts/gpu/reproduce_findings.sh")], env=env, capture_output=True,
+                          text=True, timeout=900)
+    timeline = (out / "timeline.txt").read_text()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return timeline
+
+
+@pytest.mark.slow
+def test_virl_budget_longer_than_a_command_pauses_and_resumes(tmp_path):
+    """TRAIN_MIN beyond the command: the runs get SIGTERM PAUSE_S before TRAIN_END_S, save a checkpoint and
+    pause; the next STAGE=train resumes them (not from scratch) to the budget; STAGE=eval then writes the
+    success and per-step-accuracy experiments with one row per arm, seed and split."""
+    work = tmp_path / "work"
+    # SIGTERM ~40 s into training (inputs take ~10 s): after the first PPO update and SFT step, before 1.2 min
+    first = run_stage(work, tmp_path / "out1", STAGE="train", TRAIN_MIN="1.2", TRAIN_END_S="100", PAUSE_S="50",
+                      PPO_SHUFFLE="episodes")
+    assert "paused ppo-s0" in first and "paused sft-more-s0" in first, first
+    second = run_stage(work, tmp_path / "out2", STAGE="train", TRAIN_MIN="1.2", PPO_SHUFFLE="episodes")
+    assert "trained ppo-s0" in second and "trained sft-more-s0" in second and "FAILED" not in second, second
+    log = (work / "logs" / "train-ppo-s0.log").read_text()
+    resumed = [int(m) for m in re.findall(r"setup/resumed_from_update=(\d+)", log)]
+    assert resumed[0] == 0 and resumed[-1] > 0, resumed  # the second process continued the first's updates
+    config = json.loads((work / "runs" / "ppo-s0" / "config.json").read_text())
+    assert config["shuffle"] == "episodes" and config["time_budget_minutes"] == 1.2
+
+    final = run_stage(work, tmp_path / "out3", STAGE="eval")
+    assert "findings written" in final and "FAILED" not in final, final
+    rows = json.loads((tmp_path / "out3" / "findings.json").read_text())["rows"]
+    for experiment in ("virl-sft-vs-ppo", "virl-sft-vs-ppo-per-step"):
+        got = rows_by_key([r for r in rows if r["experiment"] == experiment])
+        assert set(got) == {(a, "0", s) for a in ("ppo", "sft-more") for s in ("in-dist", "rule-ood", "visual-ood")}
+        for r in got.values():
+            assert r["episodes"] > 0 and 0.0 <= r["success"] <= 1.0 and r["gpu_seconds"] > 0, r
