@@ -340,38 +340,31 @@ arm_seeds() {  # arm: the seed lines of a spec, for the seeds whose final eval i
   done
 }
 min_eps() { [ "$SMOKE" = 1 ] && echo "$1" || echo "$2"; }  # smoke: what it ran; else the standard
+virl_experiment() {  # name metric description: the V-IRL arms' block of the findings spec
+  echo "  $1:"
+  echo "    description: \"$3\""
+  echo "    metric: $2"
+  echo "    min_episodes: $(min_eps "$EVAL_VIRL" 200)"
+  echo "    arms:"
+  echo "      sft-more:"
+  echo "        label: \"+ continued SFT\""
+  echo "        seeds:"
+  arm_seeds sft-more
+  echo "      ppo:"
+  echo "        label: \"+ PPO (ratio $RATIO)\""
+  echo "        seeds:"
+  arm_seeds ppo
+}
 spec() {  # the findings specs, from the run folders that have a final eval (paths relative to WORK)
   { echo "root: .."
     echo "bootstrap: {resamples: 10000, level: 0.95, seed: 0}"
     echo "experiments:"
     if has_group virl; then
-      echo "  virl-sft-vs-ppo:"
-      echo "    description: \"V-IRL VL from $INIT_VIRL, intersection_in_text=$IIT, $(budgets ppo sft-more) min of training per run (time budget), ratio=$RATIO, critic_warmup=$CRITIC_WARMUP, ppo shuffle=$PPO_SHUFFLE\""
-      echo "    metric: success"
-      echo "    min_episodes: $(min_eps "$EVAL_VIRL" 200)"
-      echo "    arms:"
-      echo "      sft-more:"
-      echo "        label: \"+ continued SFT\""
-      echo "        seeds:"
-      arm_seeds sft-more
-      echo "      ppo:"
-      echo "        label: \"+ PPO (ratio $RATIO)\""
-      echo "        seeds:"
-      arm_seeds ppo
+      virl_experiment virl-sft-vs-ppo success \
+        "V-IRL VL from $INIT_VIRL, intersection_in_text=$IIT, $(budgets ppo sft-more) min of training per run (time budget), ratio=$RATIO, critic_warmup=$CRITIC_WARMUP, ppo shuffle=$PPO_SHUFFLE"
       # the paper's rule-OOD metric (Fig. 6) is per-step accuracy: the same runs, per_step_accuracy per episode
-      echo "  virl-sft-vs-ppo-per-step:"
-      echo "    description: \"the same runs, metric per-step accuracy (mean over episodes of each episode's share of correct steps; the paper pools steps)\""
-      echo "    metric: per_step_accuracy"
-      echo "    min_episodes: $(min_eps "$EVAL_VIRL" 200)"
-      echo "    arms:"
-      echo "      sft-more:"
-      echo "        label: \"+ continued SFT\""
-      echo "        seeds:"
-      arm_seeds sft-more
-      echo "      ppo:"
-      echo "        label: \"+ PPO (ratio $RATIO)\""
-      echo "        seeds:"
-      arm_seeds ppo
+      virl_experiment virl-sft-vs-ppo-per-step per_step_accuracy \
+        "the same runs, metric per-step accuracy (mean over episodes of each episode's share of correct steps; the paper pools steps)"
     fi
     if has_group tvr; then
       echo "  tvr-sft-grpo:"
