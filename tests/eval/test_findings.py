@@ -370,6 +370,20 @@ def test_collect_on_real_virl_runs_per_split(tmp_path):
     assert summary_of(doc, "expert", "rule-ood")["mean"] == 1.0
     assert {s["episodes"] for s in doc["summary"]} == {12}
 
+    # the paper's rule-OOD metric: per-step accuracy, a value under its own name and no `success` field
+    spec = yaml.safe_load((tmp_path / "virl.yaml").read_text())
+    spec["experiments"]["exp"]["metric"] = "per_step_accuracy"
+    (tmp_path / "per-step.yaml").write_text(yaml.safe_dump(spec))
+    doc = collect(load_spec(tmp_path / "per-step.yaml"))
+    for row in doc["rows"]:
+        metrics = json.loads((tmp_path / row["eval_run"] / "metrics.json").read_text())[row["split"]]
+        episodes = [json.loads(line) for line in (tmp_path / row["eval_run"] / "episodes.jsonl").open()]
+        mine = [e["per_step_accuracy"] for e in episodes if e["split"] == row["split"]]
+        assert row["metric"] == "per_step_accuracy" and "success" not in row
+        assert row["value"] == pytest.approx(np.mean(mine)) and 0.0 <= row["value"] <= 1.0
+        assert metrics["episodes"] == len(mine)
+    assert summary_of(doc, "expert", "in-dist")["mean"] == 1.0
+
 
 def test_the_template_spec_is_valid():
     spec = load_spec(Path(__file__).resolve().parents[2] / "configs" / "findings" / "example.yaml")

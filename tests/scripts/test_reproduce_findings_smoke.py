@@ -143,4 +143,4 @@ def test_virl_budget_longer_than_a_command_pauses_and_resumes(tmp_path):
         got = rows_by_key([r for r in rows if r["experiment"] == experiment])
         assert set(got) == {(a, "0", s) for a in ("ppo", "sft-more") for s in ("in-dist", "rule-ood", "visual-ood")}
         for r in got.values():
-            assert r["episodes"] > 0 and 0.0 <= r["success"] <= 1.0 and r["gpu_seconds"] > 0, r
+            assert r["episodes"] > 0 and 0.0 <= r["value"] <= 1.0 and r["gpu_seconds"] > 0, r

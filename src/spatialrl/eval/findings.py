@@ -5,7 +5,7 @@ seed a training run folder (``train``, optional) and the ``spatialrl eval`` run 
 (``eval``). From them:
 
 - ``collect`` writes ``findings.json``: one row per (experiment, arm, seed, split or category) with
-  ``episodes``, ``success`` and the compute the training run used (``gpu_seconds``, ``samples``), plus a
+  ``episodes``, ``value`` (the metric's mean; also as ``success`` when the metric is success) and the compute the training run used (``gpu_seconds``, ``samples``), plus a
   ``summary`` per arm × split with the hierarchical-bootstrap 95% CI;
 - ``curves`` draws a closed-loop eval metric logged during training (``eval/<split>/<metric>`` in each
   training run's ``metrics.jsonl``) against training compute, one line per arm (mean over seeds) with a
@@ -476,9 +476,12 @@ def collect(spec: Spec, check_overlap: bool = True, allow_fewer_episodes: bool =
                         raise DataError(f"{spec.path}: {sr.where}.eval: {len(values)} finished episode(s) of "
                                         f"{split!r} in {sources[split]}, below experiments.{exp.name}.min_episodes "
                                         f"{exp.min_episodes} (pass --allow-fewer-episodes for a rehearsal)")
+                    mean = float(np.mean(values)) if values else None
+                    # value: the metric's mean over the episodes; success too when that is the metric (a
+                    # per-step-accuracy row has no success field rather than one holding another metric)
                     rows.append({"experiment": exp.name, "arm": arm.name, "label": arm.label, "seed": sr.seed,
-                                 "split": split, "metric": exp.metric, "episodes": len(values),
-                                 "success": float(np.mean(values)) if values else None,
+                                 "split": split, "metric": exp.metric, "episodes": len(values), "value": mean,
+                                 **({"success": mean} if exp.metric == "success" else {}),
                                  "errors": errors.get(split, 0), "eval_run": sources[split], **compute,
                                  "unseen_check": unseen, "outcomes": values})
                     if values:
