@@ -7,7 +7,8 @@
 #      in CPU memory, no fp32 master copy)
 #   4. with FAST=1 (a command of its own): the 11B PPO with every lever: frozen tower + vision cache,
 #      LoRA r 16 with rollouts from a merged copy, threaded envs, micro-batch 4; static then dynamic KV
-#      cache (DECODE=1 first runs benchmarks/decode_speed.py; DYNAMIC=1 adds the unmerged dynamic row)
+#      cache (DECODE=1 first runs benchmarks/decode_speed.py; DYNAMIC=1 adds the unmerged dynamic row;
+#      FAST=1 PACKED=1 instead: the static merged row at 4 turns per env, packed conversations vs samples)
 #   5. with FROZEN=1 (as a command of its own): the 11B PPO with a frozen vision tower, vision cache off
 #      and on side by side (the cache then serves the scoring pass and the epochs), and the bf16 PPO
 #      ratio check of `shuffle: batches` at micro-batch 4 (1-tile grids, to fit)
@@ -70,6 +71,19 @@ if [ "${FAST:-0}" = 1 ]; then
   # rollouts from the merged-LoRA copy (sampling.merge_lora): static KV cache (its first update compiles
   # the decoder, one compile per prompt-length bucket, ~90 s each on a fresh H200), then dynamic (no
   # compile). Without the copy: static 41.4 samples/min, generate 12.8 s (960e294); dynamic 25.6, 35.6 s
+  if [ "${PACKED:-0}" = 1 ]; then
+    # PACKED=1 (a command of its own): the static merged row with 4 turns per env and update, a conversation's
+    # turns in one row (shuffle episodes, one conversation per forward), then one sample per forward; 32
+    # samples per optimiser step both ways (rl_speed.py scales the accumulation to conversations); the later
+    # --num-steps wins in argparse. The 8.3B gained 1.78x from this (docs/rl.md "Speed")
+    for order in episodes samples; do
+      step "${LIMIT_PACKED:-280}" "big-fast-static-merged-4turns-$order" "$PY" benchmarks/rl_speed.py \
+        --model llama11b-random "${FASTROW[@]}" --num-steps 64 --kv-cache static --minibatch-size 1 \
+        --grad-accum 32 --shuffle "$order" --merge-lora on \
+        --out "$OUT/rl_speed-llama11b-random-fast-static-merged-4turns-$order.json"
+    done
+    tail -n 14 "$OUT"/logs/*.log; exit 0
+  fi
   step "${LIMIT_STATIC:-330}" big-fast-static-merged "$PY" benchmarks/rl_speed.py --model llama11b-random \
     "${FASTROW[@]}" --kv-cache static --minibatch-size 4 --grad-accum 8 --merge-lora on \
     --out "$OUT/rl_speed-llama11b-random-fast-static-merged.json"

@@ -91,16 +91,17 @@ def epoch_micro_batches(n: int, size: int, shuffle: str, rng: np.random.Generato
                         groups: list[int] | None = None) -> list[list[int]]:
     """One epoch's micro-batches of sample indices. ``samples``: a fresh permutation cut into batches;
     ``batches``: the scoring pass's batches (``[0, size)``, ``[size, 2·size)``, ...) in shuffled order;
-    ``episodes``: whole conversations (``groups``: each sample's conversation), shuffled, ``size``
-    conversations per micro-batch — a conversation's turns then share one row of one forward pass."""
+    ``episodes``: the scoring pass's micro-batches of ``size`` whole conversations (``groups``: each
+    sample's conversation) in shuffled order — a conversation's turns share one row of one forward pass,
+    and, as with ``batches``, every training forward has the exact rows and padding that fixed π_old."""
     if shuffle == "batches":
         scoring = scoring_micro_batches(list(range(n)), size, shuffle)
         return [scoring[i] for i in rng.permutation(len(scoring)).tolist()]
     if shuffle == "episodes":
         if groups is None or len(groups) != n:
             raise ValueError("shuffle 'episodes' needs each sample's conversation (groups)")
-        convs = _conversations(groups)
-        return _fill([convs[i] for i in rng.permutation(len(convs)).tolist()], size)
+        scoring = scoring_micro_batches(groups, size, shuffle)
+        return [scoring[i] for i in rng.permutation(len(scoring)).tolist()]
     return _fill([[i] for i in rng.permutation(n).tolist()], size)
 
 

@@ -115,8 +115,9 @@ class PPOConfig:
         metadata=_help("Epoch order: 'samples' (shuffle steps into new micro-batches), 'batches' (keep the "
                        "scoring pass's micro-batches whole, shuffle their order: each training forward then has "
                        "the exact shapes that fixed π_old; bf16 on a GPU changes numerics with batch shape) or "
-                       "'episodes' (micro-batches of micro_batch_size whole conversations, shuffled: a "
-                       "conversation's turns are scored in one row, its shared prefix computed once)."),
+                       "'episodes' (the scoring pass's micro-batches of micro_batch_size whole conversations, their "
+                       "order shuffled: a conversation's turns are scored in one row, its shared prefix computed "
+                       "once, with the shapes that fixed π_old)."),
     )
     clip: float = field(default=0.1, metadata=_help("PPO ratio clip ε (SFTvsRL clip_param 0.1)."))
     ratio: Literal["sequence", "token"] = field(
