@@ -16,7 +16,9 @@
 #      PPO and multi-turn GRPO with the 11B's settings (full fine-tune, AdamW on the GPU), then the rollout
 #      benchmark at batch 1, 8, 32 and 128
 #   7. with QWEN_LORA=1 (a command of its own): the 8.3B with a frozen tower, vision cache and LoRA r 16,
-#      PPO at micro-batch 1 with 16 envs x 4 turns, packed conversations (shuffle episodes) then samples
+#      PPO at micro-batch 1 with 16 envs x 4 turns, packed conversations (shuffle episodes) then samples;
+#      the rollout's levers: QWEN_KV=static QWEN_MERGE=on (rollouts from a merged copy, static KV cache:
+#      the 11B's), QWEN_SHUFFLE=episodes for that row alone
 # Every step has its own time limit, so a slow one cannot starve the rest; each writes its JSON as
 # soon as it has a row.
 #
@@ -45,7 +47,8 @@ if [ "${QWEN_LORA:-0}" = 1 ]; then
   # episodes leave nothing to pack after update 1. Micro-batch 4 runs out of memory on an 80 GB card (activations)
   step "${LIMIT_QWEN_LORA:-540}" qwen-lora "$PY" "${B[@]}" --model qwen25vl7b-random --algos ppo --freeze-vision \
     --vision-cache-mb 2048 --lora 16 --num-envs 16 --num-steps 64 --minibatch-size 1 --grad-accum 64 \
-    --shuffle episodes samples --offload none --out "$OUT/rl_speed-qwen25vl7b-random-lora.json"
+    --shuffle ${QWEN_SHUFFLE:-episodes samples} --kv-cache "${QWEN_KV:-dynamic}" --merge-lora "${QWEN_MERGE:-off}" \
+    --offload none --out "$OUT/rl_speed-qwen25vl7b-random-lora${QWEN_KV:+-$QWEN_KV}${QWEN_MERGE:+-merge-$QWEN_MERGE}.json"
   tail -n 14 "$OUT"/logs/*.log; exit 0
 fi
 if [ "${QWEN:-0}" = 1 ]; then
