@@ -11,15 +11,13 @@ the rows it produced, not just the exit status.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from .rehearsal import rehearse
+
 TVR_ARMS = {  # spec label → the script's arm (run folders runs/<arm>-s<seed>)
     "va-sft-grpo-multi": "grpo-multi",
     "ao-sft-grpo-single": "grpo-single",
@@ -41,17 +39,9 @@ def rows_by_key(rows: list[dict]) -> dict[tuple[str, str, str], dict]:
 @pytest.mark.slow
 def test_tvr_findings_rehearsal_has_a_row_per_arm_seed_and_category(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
-    out.mkdir()
-    env = {**os.environ, "SMOKE": "1", "ARMS": "tvr", "STAGE": "all", "SEEDS": SEEDS, "WORK": str(work),
-           "OUT": str(out), "PY": sys.executable}
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    for k in ("TVR_BENCH", "INIT_VA", "INIT_AO", "TRAIN_MIN", "EVAL_TVR", "IN_EVAL_TVR", "COT_EPISODES", "COT_TOKENS",
-              "SEED_PARALLEL"):
-        env.pop(k, None)  # the script's SMOKE defaults, not the caller's
-    proc = subprocess.run(["bash", str(ROOT / "scripts/gpu/reproduce_findings.sh")], env=env, capture_output=True,
-                          text=True, timeout=1500)
-    timeline = (out / "timeline.txt").read_text()
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    timeline = rehearse("reproduce_findings.sh", out, {"ARMS": "tvr", "STAGE": "all", "SEEDS": SEEDS, "WORK": str(work)},
+                        drop=("TVR_BENCH", "INIT_VA", "INIT_AO", "TRAIN_MIN", "EVAL_TVR", "IN_EVAL_TVR", "COT_EPISODES",
+                              "COT_TOKENS", "SEED_PARALLEL"), timeout=1500)
     check_outputs(out, work, set(SEEDS.split()), timeline)
 
 
@@ -104,18 +94,9 @@ def check_outputs(out: Path, work: Path, seeds: set[str], timeline: str) -> None
 
 def run_stage(work: Path, out: Path, **env_over: str) -> str:
     """One command of the V-IRL group's rehearsal; returns its timeline."""
-    out.mkdir()
-    env = {k: v for k, v in os.environ.items()  # the script's SMOKE defaults, not the caller's
-           if k not in ("INIT_VIRL", "EVAL_VIRL", "IN_EVAL", "SEED_PARALLEL", "PPO_SHUFFLE", "END_S", "TRAIN_MIN",
-                        "TRAIN_END_S", "PAUSE_S")}
-    env.update({"SMOKE": "1", "ARMS": "virl", "SEEDS": "0", "WORK": str(work), "OUT": str(out), "PY": sys.executable,
-                **env_over})
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    proc = subprocess.run(["bash", str(ROOT / "scripts/gpu/reproduce_findings.sh")], env=env, capture_output=True,
-                          text=True, timeout=900)
-    timeline = (out / "timeline.txt").read_text()
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return timeline
+    return rehearse("reproduce_findings.sh", out, {"ARMS": "virl", "SEEDS": "0", "WORK": str(work), **env_over},
+                    drop=("INIT_VIRL", "EVAL_VIRL", "IN_EVAL", "SEED_PARALLEL", "PPO_SHUFFLE", "END_S", "TRAIN_MIN",
+                          "TRAIN_END_S", "PAUSE_S"))
 
 
 @pytest.mark.slow

@@ -17,28 +17,20 @@ STAGE=train: only the V-IRL arm, on one city, for a few seconds of budget, finis
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
+from .rehearsal import rehearse
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def stage(tmp_path: Path, name: str, **env: str) -> str:
-    out = tmp_path / f"out-{name}"
-    out.mkdir()
-    full = {**os.environ, "SMOKE": "1", "WORK": str(tmp_path / "work"), "OUT": str(out), "NO_EVAL_DATA": "1",
-            "TOTAL_MIN": "3", "PY": sys.executable, **env}
-    full["PATH"] = f"{Path(sys.executable).parent}:{full['PATH']}"
-    proc = subprocess.run(["bash", str(ROOT / "scripts/gpu/train_builtin.sh")], env=full, capture_output=True,
-                          text=True, timeout=600)
-    timeline = (out / "timeline.txt").read_text()
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return timeline
+    return rehearse("train_builtin.sh", tmp_path / f"out-{name}",
+                    {"WORK": str(tmp_path / "work"), "NO_EVAL_DATA": "1", "TOTAL_MIN": "3", **env}, timeout=600)
 
 
 @pytest.mark.slow
