@@ -175,6 +175,35 @@ def test_min_new_tokens_and_chunking(tmp_path):
     assert [g.token_ids for g in gens[:3]] == [g.token_ids for g in gens[3:]]
 
 
+def test_out_of_memory_halves_the_batch_after_freeing_the_failed_one(tmp_path, monkeypatch):
+    """A batch that runs out of memory is halved until it fits, and each retry starts after the failed
+    call's tensors are gone (a retry inside the ``except`` block would keep them alive through the
+    traceback: on the 11B every half then failed too, down to batch 1). Batches above 2 "run out of
+    memory" here; the answers equal unsplit generation."""
+    import weakref
+
+    path = save_tiny("qwen2_5_vl", tmp_path / "m")
+    policy = HFPolicy.from_pretrained(path, device="cpu")
+    greedy = SamplingParams(max_new_tokens=4)
+    want = [g.token_ids for g in policy.generate(conversations() * 2, greedy)]
+    real = HFPolicy._generate_batch
+    failed: list[weakref.ref] = []
+
+    def tight(self, parts, sampling, row_seeds=None):
+        assert all(ref() is None for ref in failed), "a retry started while the failed batch's tensors lived"
+        if len(parts) > 2:
+            activations = torch.zeros(len(parts), 1024)  # what the failed batch had allocated
+            failed.append(weakref.ref(activations))
+            raise torch.OutOfMemoryError(f"out of memory at batch {activations.shape[0]}")
+        return real(self, parts, sampling, row_seeds)
+
+    monkeypatch.setattr(HFPolicy, "_generate_batch", tight)
+    before = policy.usage["oom_splits"]
+    gens = policy.generate(conversations() * 2, greedy)  # 6 -> 3 + 3 -> (1 + 2) + (1 + 2)
+    assert [g.token_ids for g in gens] == want and all(g.error is None for g in gens)
+    assert policy.usage["oom_splits"] - before == 3 and len(failed) == 3
+
+
 def test_max_pixels_knob_shrinks_image_tokens(tmp_path):
     path = save_tiny("qwen2_5_vl", tmp_path / "m")
     conv = [{"role": "user", "content": [{"type": "image", "image": np.zeros((224, 224, 3), np.uint8)}]}]

@@ -202,19 +202,26 @@ class HFPolicy:
 
     def _generate_safe(self, parts: list[dict[str, torch.Tensor]], sampling: SamplingParams,
                        row_seeds: list[list[int]] | None = None) -> list[Generation]:
-        """Generate, halving the batch on out-of-memory; a single conversation that still fails gets an error."""
+        """Generate, halving the batch on out-of-memory; a single conversation that still fails gets an error.
+
+        The halves run after the ``except`` block, not in it: while the exception is being handled its
+        traceback keeps the failed call's frames alive, and with them every tensor the failed batch had
+        allocated (KV cache, Mllama's cross-attention states), so a retry inside the handler finds no more
+        free memory than the batch that failed (the 11B's batch 128 split 255 times, down to batch 1, and
+        ran no turn)."""
         try:
             return self._generate_batch(parts, sampling, row_seeds)
         except torch.OutOfMemoryError as e:
-            self.usage["oom_splits"] += 1
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()
-            if len(parts) == 1:
-                return [Generation(text="", error=f"out of memory: {e}")]
-            half = len(parts) // 2
-            seeds = (row_seeds[:half], row_seeds[half:]) if row_seeds is not None else (None, None)
-            return (self._generate_safe(parts[:half], sampling, seeds[0])
-                    + self._generate_safe(parts[half:], sampling, seeds[1]))
+            error = f"out of memory: {e}"
+        self.usage["oom_splits"] += 1
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # now that the failed batch's tensors are unreferenced
+        if len(parts) == 1:
+            return [Generation(text="", error=error)]
+        half = len(parts) // 2
+        seeds = (row_seeds[:half], row_seeds[half:]) if row_seeds is not None else (None, None)
+        return (self._generate_safe(parts[:half], sampling, seeds[0])
+                + self._generate_safe(parts[half:], sampling, seeds[1]))
 
     @torch.no_grad()
     def _generate_batch(self, parts: list[dict[str, torch.Tensor]], sampling: SamplingParams,
