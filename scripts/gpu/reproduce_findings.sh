@@ -4,6 +4,8 @@
 #   V-IRL (SFTvsRL, Figs. 6-7), from one SFT initialisation INIT_VIRL (default builtin:virl-sft):
 #     sft-more  continued SFT on fresh expert episodes of a training city (seed 2000 draws; the init saw 1000+)
 #     ppo       PPO with a value head (configs/ppo/virl_vl_small.yaml; RATIO=sequence|token, CRITIC_WARMUP)
+#     ppo-token with TOKEN_ARM=1: ppo exactly, with the per-token ratio (the issue's "report both": the
+#               sequence ratio's clip fraction vs the token one's, and what each learns, side by side)
 #   each arm x seed (SEEDS, default "0 1 2") trained side by side at matched compute: every run gets the
 #   same time budget, TRAIN_MIN minutes of wall clock (the trainers' time_budget_minutes: model loading
 #   not counted, the in-training evals counted; the same eval set and a similar number of evals per arm;
@@ -72,7 +74,7 @@
 # SEED_PARALLEL, TRAIN_MIN (default: what the command leaves before TRAIN_END_S=540, at most 5; set: a total
 # budget over several STAGE=train commands), PAUSE_S (a paused run's seconds to save, 60),
 # END_S (every child is stopped by then, 550), RL_DTYPE (auto), WORK. V-IRL: EVAL_VIRL, VISION_REQUIRED,
-# RATIO, CRITIC_WARMUP, PPO_SHUFFLE (samples | episodes), PPO_MB, INIT_VIRL, PPO_LR (1e-5, the recipe's), SFT_LR (1e-4), PPO_UPDATES (a cap, 100:
+# RATIO, TOKEN_ARM, CRITIC_WARMUP, PPO_SHUFFLE (samples | episodes), PPO_MB, INIT_VIRL, PPO_LR (1e-5, the recipe's), SFT_LR (1e-4), PPO_UPDATES (a cap, 100:
 # the time budget ends the run), IN_EVAL, PPO_EVAL_EVERY (2), SFT_EVAL_EVERY (150), VIRL_EPISODES (expert
 # episodes for sft-more, 1000), EVAL_BATCH. TVR: EVAL_TVR (200), IN_EVAL_TVR (8), GRPO_LR (1e-4),
 # MULTI_TASKS (8), MULTI_EVERY / SINGLE_EVERY (in-training eval every 4 / 25 GRPO updates), TVR_BENCH,
@@ -135,7 +137,7 @@ fi
 ARMS=${ARMS:-virl}
 has_group() { [[ " $ARMS " == *" $1 "* ]]; }
 for g in $ARMS; do [ "$g" = virl ] || [ "$g" = tvr ] || { echo "ARMS: groups are virl and tvr, got $g" >&2; exit 2; }; done
-arms_of() { has_group virl && echo "ppo sft-more"; has_group tvr && echo "grpo-multi grpo-single grpo-anchored cot-sft"; }
+arms_of() { has_group virl && echo "ppo sft-more${TOKEN_ARM:+ ppo-token}"; has_group tvr && echo "grpo-multi grpo-single grpo-anchored cot-sft"; }
 INIT_VA=${INIT_VA:-builtin:tvr-va-sft}; INIT_AO=${INIT_AO:-builtin:tvr-ao-sft}; GRPO_LR=${GRPO_LR:-1e-4}
 COT_LR=${COT_LR:-1e-4}; COT_TOKENS=${COT_TOKENS:-128}   # 1e-4: a tenth of the VA-SFT's peak, as GRPO_LR
 BENCH=${TVR_BENCH:-$ROOT/runs/gpu-inputs/tvr-bench}
@@ -143,7 +145,7 @@ BENCH=${TVR_BENCH:-$ROOT/runs/gpu-inputs/tvr-bench}
 GRID=$W_GRID   # the grid the built-in model was trained at (train_builtin.sh)
 SEED_PARALLEL=${SEED_PARALLEL:-$(wc -w <<< "$SEEDS")}; PAUSE_S=${PAUSE_S:-60}
 VISION_REQUIRED=${VISION_REQUIRED:-1}; IIT=$([ "$VISION_REQUIRED" = 1 ] && echo false || echo true)
-RATIO=${RATIO:-sequence}; CRITIC_WARMUP=${CRITIC_WARMUP:-0}; INIT_VIRL=${INIT_VIRL:-builtin:virl-sft}
+RATIO=${RATIO:-sequence}; TOKEN_ARM=$([ "${TOKEN_ARM:-0}" = 1 ] && echo 1); CRITIC_WARMUP=${CRITIC_WARMUP:-0}; INIT_VIRL=${INIT_VIRL:-builtin:virl-sft}
 # PPO's epochs: one sample per row (samples, the reference) or a conversation's turns packed in one row
 # (episodes: micro-batches of PPO_MB conversations; the default 2 x grad_accum 4 keeps an optimiser step at
 # <= 32 samples with 4 turns per env and update, as the recipe's 8 samples x 4)
@@ -249,11 +251,12 @@ train_arm() {  # arm seed minutes
           --checkpoint.every=0 --eval.task=tvr --eval.data="$BENCH" --eval.split=eval
           --eval.episodes="$IN_EVAL_TVR" --eval.batch_size="$IN_EVAL_TVR" --eval.max_new_tokens="$COT_TOKENS"
           --eval.every="$COT_EVERY" "${SFT_SIZE[@]}")
-  elif [ "$arm" = ppo ]; then
+  elif [ "$arm" = ppo ] || [ "$arm" = ppo-token ]; then
+    local ratio=$RATIO; [ "$arm" = ppo-token ] && ratio=token   # ppo-token: the only difference from ppo
     args=(ppo "$ROOT/configs/ppo/virl_vl_small.yaml" --model.path="$INIT_VIRL" --model.dtype="$RL_DTYPE"
           --seed=$((42 + seed)) --task.data="$CITY"
           "--task.options={split: in-dist, mode: vl, grid_size: $GRID, verify_iter: 2, seed: $((42 + seed)), episodes: 4096, intersection_in_text: $IIT}"
-          --ratio="$RATIO" --critic_warmup="$CRITIC_WARMUP" --updates="$PPO_UPDATES" --optim.lr="$PPO_LR"
+          --ratio="$ratio" --critic_warmup="$CRITIC_WARMUP" --updates="$PPO_UPDATES" --optim.lr="$PPO_LR"
           --shuffle="$PPO_SHUFFLE"
           --checkpoint.every=0 --eval.every="$PPO_EVAL_EVERY" "${args[@]}" "${PPO_SIZE[@]}")
   else
@@ -354,6 +357,12 @@ virl_experiment() {  # name metric description: the V-IRL arms' block of the fin
   echo "        label: \"+ PPO (ratio $RATIO)\""
   echo "        seeds:"
   arm_seeds ppo
+  if [ -n "$TOKEN_ARM" ]; then
+    echo "      ppo-token:"
+    echo "        label: \"+ PPO (ratio token)\""
+    echo "        seeds:"
+    arm_seeds ppo-token
+  fi
 }
 spec() {  # the findings specs, from the run folders that have a final eval (paths relative to WORK)
   { echo "root: .."
@@ -361,7 +370,7 @@ spec() {  # the findings specs, from the run folders that have a final eval (pat
     echo "experiments:"
     if has_group virl; then
       virl_experiment virl-sft-vs-ppo success \
-        "V-IRL VL from $INIT_VIRL, intersection_in_text=$IIT, $(budgets ppo sft-more) min of training per run (time budget), ratio=$RATIO, critic_warmup=$CRITIC_WARMUP, ppo shuffle=$PPO_SHUFFLE"
+        "V-IRL VL from $INIT_VIRL, intersection_in_text=$IIT, $(budgets ppo sft-more ppo-token) min of training per run (time budget), ratio=$RATIO, critic_warmup=$CRITIC_WARMUP, ppo shuffle=$PPO_SHUFFLE"
       # the paper's rule-OOD metric (Fig. 6) is per-step accuracy: the same runs, per_step_accuracy per episode
       virl_experiment virl-sft-vs-ppo-per-step per_step_accuracy \
         "the same runs, metric per-step accuracy (mean over episodes of each episode's share of correct steps; the paper pools steps)"

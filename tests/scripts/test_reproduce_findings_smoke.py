@@ -95,33 +95,40 @@ def check_outputs(out: Path, work: Path, seeds: set[str], timeline: str) -> None
 def run_stage(work: Path, out: Path, **env_over: str) -> str:
     """One command of the V-IRL group's rehearsal; returns its timeline."""
     return rehearse("reproduce_findings.sh", out, {"ARMS": "virl", "SEEDS": "0", "WORK": str(work), **env_over},
-                    drop=("INIT_VIRL", "EVAL_VIRL", "IN_EVAL", "SEED_PARALLEL", "PPO_SHUFFLE", "END_S", "TRAIN_MIN",
+                    drop=("INIT_VIRL", "EVAL_VIRL", "IN_EVAL", "SEED_PARALLEL", "PPO_SHUFFLE", "TOKEN_ARM", "END_S", "TRAIN_MIN",
                           "TRAIN_END_S", "PAUSE_S"))
+
+
+ARMS = ("ppo", "sft-more", "ppo-token")
 
 
 @pytest.mark.slow
 def test_virl_budget_longer_than_a_command_pauses_and_resumes(tmp_path):
     """TRAIN_MIN beyond the command: the runs get SIGTERM PAUSE_S before TRAIN_END_S, save a checkpoint and
     pause; the next STAGE=train resumes them (not from scratch) to the budget; STAGE=eval then writes the
-    success and per-step-accuracy experiments with one row per arm, seed and split."""
+    success and per-step-accuracy experiments with one row per arm, seed and split. TOKEN_ARM adds
+    ppo-token, the same PPO run with the per-token ratio."""
     work = tmp_path / "work"
     # SIGTERM ~40 s into training (inputs take ~10 s): after the first PPO update and SFT step, before 1.2 min
-    first = run_stage(work, tmp_path / "out1", STAGE="train", TRAIN_MIN="1.2", TRAIN_END_S="100", PAUSE_S="50",
-                      PPO_SHUFFLE="episodes")
-    assert "paused ppo-s0" in first and "paused sft-more-s0" in first, first
-    second = run_stage(work, tmp_path / "out2", STAGE="train", TRAIN_MIN="1.2", PPO_SHUFFLE="episodes")
-    assert "trained ppo-s0" in second and "trained sft-more-s0" in second and "FAILED" not in second, second
+    knobs = {"TRAIN_MIN": "1.2", "PPO_SHUFFLE": "episodes", "TOKEN_ARM": "1"}
+    first = run_stage(work, tmp_path / "out1", STAGE="train", TRAIN_END_S="100", PAUSE_S="50", **knobs)
+    assert all(f"paused {a}-s0" in first for a in ARMS), first
+    second = run_stage(work, tmp_path / "out2", STAGE="train", **knobs)
+    assert all(f"trained {a}-s0" in second for a in ARMS) and "FAILED" not in second, second
     log = (work / "logs" / "train-ppo-s0.log").read_text()
     resumed = [int(m) for m in re.findall(r"setup/resumed_from_update=(\d+)", log)]
     assert resumed[0] == 0 and resumed[-1] > 0, resumed  # the second process continued the first's updates
     config = json.loads((work / "runs" / "ppo-s0" / "config.json").read_text())
     assert config["shuffle"] == "episodes" and config["time_budget_minutes"] == 1.2
+    token = json.loads((work / "runs" / "ppo-token-s0" / "config.json").read_text())
+    assert config["ratio"] == "sequence" and token["ratio"] == "token"
+    assert {k for k in config if k not in ("ratio", "output_dir") and config[k] != token.get(k)} == set()
 
-    final = run_stage(work, tmp_path / "out3", STAGE="eval")
+    final = run_stage(work, tmp_path / "out3", STAGE="eval", TOKEN_ARM="1")
     assert "findings written" in final and "FAILED" not in final, final
     rows = json.loads((tmp_path / "out3" / "findings.json").read_text())["rows"]
     for experiment in ("virl-sft-vs-ppo", "virl-sft-vs-ppo-per-step"):
         got = rows_by_key([r for r in rows if r["experiment"] == experiment])
-        assert set(got) == {(a, "0", s) for a in ("ppo", "sft-more") for s in ("in-dist", "rule-ood", "visual-ood")}
+        assert set(got) == {(a, "0", s) for a in ARMS for s in ("in-dist", "rule-ood", "visual-ood")}
         for r in got.values():
             assert r["episodes"] > 0 and 0.0 <= r["value"] <= 1.0 and r["gpu_seconds"] > 0, r
