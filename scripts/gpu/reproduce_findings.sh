@@ -74,7 +74,8 @@
 # SEED_PARALLEL, TRAIN_MIN (default: what the command leaves before TRAIN_END_S=540, at most 5; set: a total
 # budget over several STAGE=train commands), PAUSE_S (a paused run's seconds to save, 60),
 # END_S (every child is stopped by then, 550), RL_DTYPE (auto), WORK. V-IRL: EVAL_VIRL, VISION_REQUIRED,
-# RATIO, TOKEN_ARM, CRITIC_WARMUP, PPO_SHUFFLE (samples | episodes), PPO_MB, INIT_VIRL, PPO_LR (1e-5, the recipe's), SFT_LR (1e-4), PPO_UPDATES (a cap, 100:
+# RATIO, TOKEN_ARM, CRITIC_WARMUP, PPO_SHUFFLE (samples | episodes), PPO_MB, INIT_VIRL, PPO_LR (1e-5, the
+# recipe's), SFT_LR (1e-4), PPO_UPDATES (a cap, 100:
 # the time budget ends the run), IN_EVAL, PPO_EVAL_EVERY (2), SFT_EVAL_EVERY (150), VIRL_EPISODES (expert
 # episodes for sft-more, 1000), EVAL_BATCH. TVR: EVAL_TVR (200), IN_EVAL_TVR (8), GRPO_LR (1e-4),
 # MULTI_TASKS (8), MULTI_EVERY / SINGLE_EVERY (in-training eval every 4 / 25 GRPO updates), TVR_BENCH,
@@ -145,7 +146,8 @@ BENCH=${TVR_BENCH:-$ROOT/runs/gpu-inputs/tvr-bench}
 GRID=$W_GRID   # the grid the built-in model was trained at (train_builtin.sh)
 SEED_PARALLEL=${SEED_PARALLEL:-$(wc -w <<< "$SEEDS")}; PAUSE_S=${PAUSE_S:-60}
 VISION_REQUIRED=${VISION_REQUIRED:-1}; IIT=$([ "$VISION_REQUIRED" = 1 ] && echo false || echo true)
-RATIO=${RATIO:-sequence}; TOKEN_ARM=$([ "${TOKEN_ARM:-0}" = 1 ] && echo 1); CRITIC_WARMUP=${CRITIC_WARMUP:-0}; INIT_VIRL=${INIT_VIRL:-builtin:virl-sft}
+RATIO=${RATIO:-sequence}; TOKEN_ARM=$([ "${TOKEN_ARM:-0}" = 1 ] && echo 1); CRITIC_WARMUP=${CRITIC_WARMUP:-0}
+INIT_VIRL=${INIT_VIRL:-builtin:virl-sft}
 # PPO's epochs: one sample per row (samples, the reference) or a conversation's turns packed in one row
 # (episodes: micro-batches of PPO_MB conversations; the default 2 x grad_accum 4 keeps an optimiser step at
 # <= 32 samples with 4 turns per env and update, as the recipe's 8 samples x 4)
@@ -228,7 +230,7 @@ in_train_eval() {  # the closed-loop evals for the curves: the first IN_EVAL epi
 }
 train_arm() {  # arm seed minutes
   local arm=$1 seed=$2 min=$3 name=$1-s$2 stop rc args
-  [ -f "$WORK/runs/$name/summary.json" ] && [ -d "$WORK/runs/$name/final" ] && { stamp "skip $name: trained"; return; }
+  finished "$name" && { stamp "skip $name: trained"; return; }
   local opts="{grid_size: $GRID, visual_data: $OOD_CITY, intersection_in_text: $IIT}"
   # shellcheck disable=SC2207
   args=($(in_train_eval))
@@ -272,13 +274,14 @@ train_arm() {  # arm seed minutes
       --output_dir="$WORK/runs/$name" --checkpoint.resume=auto --logging.report_to=none \
       --time_budget_minutes="$min" >> "$LOGS/train-$name.log" 2>&1
   rc=$?
-  # done = final/ and summary.json (written last, after the final eval); rc is 124 when SIGTERM came during
-  # the final save or eval, which the run then completes
-  if [ -d "$WORK/runs/$name/final" ] && [ -f "$WORK/runs/$name/summary.json" ]; then
-    stamp "trained $name: $(summary_of "$name")"
+  # rc is 124 when SIGTERM came during the final save or eval, which the run then completes
+  if finished "$name"; then stamp "trained $name: $(summary_of "$name")"
   elif paused "$name"; then stamp "paused $name: $(summary_of "$name") (send STAGE=train again: it resumes)"
   else stamp "FAILED or cut: training $name, exit $rc (logs/train-$name.log): not usable at matched compute"
   fi
+}
+finished() {  # run name: final/ and summary.json (written last, after the final eval): the whole budget ran
+  [ -d "$WORK/runs/$1/final" ] && [ -f "$WORK/runs/$1/summary.json" ]
 }
 paused() {  # run name: a checkpoint to resume from (SIGTERM paused it after an update), no final model
   compgen -G "$WORK/runs/$1/checkpoints/step-*" > /dev/null
@@ -322,7 +325,7 @@ stage_train() {
 
 # ------------------------------------------------------------------------------------------- eval
 model_of() {  # run name → the model to evaluate: a finished run's final/ only (a cut or paused run did not
-  [ -d "$WORK/runs/$1/final" ] && [ -f "$WORK/runs/$1/summary.json" ] && echo "$WORK/runs/$1/final"  # get the budget
+  finished "$1" && echo "$WORK/runs/$1/final"  # get the matched budget)
 }
 evaluate() {  # label agent: greedy, EVAL_VIRL episodes per split; resumes a cut evaluation
   local label=$1 agent=$2

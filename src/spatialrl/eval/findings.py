@@ -5,8 +5,9 @@ seed a training run folder (``train``, optional) and the ``spatialrl eval`` run 
 (``eval``). From them:
 
 - ``collect`` writes ``findings.json``: one row per (experiment, arm, seed, split or category) with
-  ``episodes``, ``value`` (the metric's mean; also as ``success`` when the metric is success) and the compute the training run used (``gpu_seconds``, ``samples``), plus a
-  ``summary`` per arm × split with the hierarchical-bootstrap 95% CI;
+  ``episodes``, ``value`` (the metric's mean; also as ``success`` when the metric is success) and the
+  compute the training run used (``gpu_seconds``, ``samples``), plus a ``summary`` per arm × split with
+  the hierarchical-bootstrap 95% CI;
 - ``curves`` draws a closed-loop eval metric logged during training (``eval/<split>/<metric>`` in each
   training run's ``metrics.jsonl``) against training compute, one line per arm (mean over seeds) with a
   band (bootstrap over seeds);

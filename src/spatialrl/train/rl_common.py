@@ -94,15 +94,12 @@ def epoch_micro_batches(n: int, size: int, shuffle: str, rng: np.random.Generato
     ``episodes``: the scoring pass's micro-batches of ``size`` whole conversations (``groups``: each
     sample's conversation) in shuffled order — a conversation's turns share one row of one forward pass,
     and, as with ``batches``, every training forward has the exact rows and padding that fixed π_old."""
-    if shuffle == "batches":
-        scoring = scoring_micro_batches(list(range(n)), size, shuffle)
-        return [scoring[i] for i in rng.permutation(len(scoring)).tolist()]
-    if shuffle == "episodes":
-        if groups is None or len(groups) != n:
-            raise ValueError("shuffle 'episodes' needs each sample's conversation (groups)")
-        scoring = scoring_micro_batches(groups, size, shuffle)
-        return [scoring[i] for i in rng.permutation(len(scoring)).tolist()]
-    return _fill([[i] for i in rng.permutation(n).tolist()], size)
+    if shuffle == "samples":
+        return _fill([[i] for i in rng.permutation(n).tolist()], size)
+    if shuffle == "episodes" and (groups is None or len(groups) != n):
+        raise ValueError("shuffle 'episodes' needs each sample's conversation (groups)")
+    scoring = scoring_micro_batches(groups if shuffle == "episodes" else list(range(n)), size, shuffle)
+    return [scoring[i] for i in rng.permutation(len(scoring)).tolist()]
 
 
 def answer_metrics(suite: Any, answers: list[str], prefix: str = "rollout/answer_") -> dict[str, float]:
