@@ -109,7 +109,8 @@ if [ "$SMOKE" = 1 ]; then
   END_S=${END_S:-100000}; TRAIN_END_S=${TRAIN_END_S:-100000}
   PPO_EVAL_EVERY=${PPO_EVAL_EVERY:-1}; SFT_EVAL_EVERY=${SFT_EVAL_EVERY:-2}
   PPO_SIZE=(--num_envs=2 --num_steps=4 --micro_batch_size=2 --grad_accum=1 --epochs=1 --sampling.max_new_tokens=96)
-  SFT_SIZE=(--per_device_batch_size=2 --data.num_workers=0 --logging.every=1)
+  # one DataLoader worker as on the GPU (the recipe has 4): the pause must survive the group SIGTERM
+  SFT_SIZE=(--per_device_batch_size=2 --data.num_workers=1 --logging.every=1)
   FEWER=(--allow-fewer-seeds)
   EVAL_TVR=${EVAL_TVR:-4}; IN_EVAL_TVR=${IN_EVAL_TVR:-2}; TW=112; TH=64; MULTI_TASKS=${MULTI_TASKS:-1}
   # episodes of at most 4 turns in rollouts and evals (not in the expert data): a CPU-sized rehearsal

@@ -108,6 +108,37 @@ def test_sigterm_pauses_with_a_checkpoint_and_resume_finishes_bit_exactly(tmp_pa
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_sigterm_to_the_process_group_pauses_a_run_with_dataloader_workers(tmp_path, gp_vl_data, tiny_builtin,
+                                                                           monkeypatch):
+    """`timeout` and Slurm signal the whole process group, so the DataLoader workers get SIGTERM too, from a
+    process that is not their parent (torch's workers exit quietly only on their parent's SIGTERM). They must
+    leave it to the trainer: a dead worker made the trainer raise before its pause (GPU run, 2026-12-06)."""
+    import multiprocessing
+    import os
+    import subprocess
+    import time
+
+    from spatialrl.train.run import Run
+
+    original = Run.after_update
+    signalled = []
+
+    def after_update(self, step, ending, save, stop_after):
+        if step == 2:
+            signalled.extend(str(w.pid) for w in multiprocessing.active_children())
+            subprocess.run(["kill", "-s", "TERM", *signalled, str(os.getpid())], check=True)  # like `timeout`
+            time.sleep(1.0)  # the worker's death (SIGCHLD) arrives, as it did during a GPU update
+        return original(self, step, ending, save, stop_after)
+
+    run = tmp_path / "run"
+    with monkeypatch.context() as m:
+        m.setattr(Run, "after_update", after_update)
+        summary = train(make_cfg(run, gp_vl_data, tiny_builtin, max_steps=6, **{
+            "checkpoint.resume": "auto", "data.num_workers": 1}))
+    assert signalled  # the worker was there and got the signal
+    assert summary["paused"] and summary["step"] == 2 and (run / "checkpoints" / "step-000002").is_dir()
+
+
 def test_gradient_accumulation_equals_the_bigger_batch(tmp_path, virl_data, tiny_builtin):
     """Every assistant token weighs the same, however the update's samples are split into micro-batches."""
     train(make_cfg(tmp_path / "big", virl_data, tiny_builtin, max_steps=1, per_device_batch_size=4))

@@ -129,7 +129,18 @@ def micro_batch_source(cfg: SFTConfig, train_set: SFTDataset, processor: Any, mo
         return (batcher.batch(indices) for indices in plan)
     from torch.utils.data import DataLoader
 
-    return iter(DataLoader(train_set, batch_sampler=list(plan), collate_fn=collate, num_workers=cfg.data.num_workers))
+    return iter(DataLoader(train_set, batch_sampler=list(plan), collate_fn=collate, num_workers=cfg.data.num_workers,
+                           worker_init_fn=ignore_sigterm if cfg.data.num_workers > 0 else None))
+
+
+def ignore_sigterm(worker_id: int) -> None:
+    """DataLoader workers leave SIGTERM to the trainer. ``timeout`` and Slurm signal the whole process group;
+    a worker that died of it made the next batch raise ("DataLoader worker ... killed by signal: Terminated")
+    before the trainer could pause with its checkpoint (``train/run.py``). The workers still end with the
+    loader (its shutdown event) or with the trainer (their parent watchdog)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def update_plan(cfg: SFTConfig, n_samples: int, world: int) -> tuple[int, int]:
