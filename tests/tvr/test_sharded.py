@@ -9,6 +9,8 @@ import functools
 import multiprocessing as mp
 import os
 import signal
+import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -141,8 +143,13 @@ def test_disabled_mode_masks_per_env_options_and_errors(bench_dir):
         env.reset(options={"task_ids": ids[:2]})
     with pytest.raises(ValueError, match="5 seeds"):
         env.reset(seed=[1, 2])
-    # a worker that dies is an error naming it, and closes the env
+    # SIGTERM to the process group (`timeout`, Slurm) is the trainer's: it pauses at the end of its update,
+    # so the workers must still answer until then
     pids = env.pids
+    subprocess.run(["kill", "-s", "TERM", *map(str, pids)], check=True)
+    time.sleep(0.5)
+    assert_same(ref.step(["Action: RotateRight"] * N), env.step(["Action: RotateRight"] * N), "after SIGTERM")
+    # a worker that dies is an error naming it, and closes the env
     os.kill(pids[0], signal.SIGKILL)
     with pytest.raises(ShardError, match=r"shard 0 \(envs 0\.\.1\): its worker process exited"):
         env.step(["Action: RotateLeft"] * N)

@@ -95,6 +95,9 @@ def worker_main(index: int, make_shard: CloudpickleWrapper, size: int, conn: Any
     or until the parent is gone (EOF on the pipe). Each call is ``(command, data, shared info arrays to map
     first)``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; its close() ends this process
+    # and so is SIGTERM, which `timeout` and Slurm send to the whole process group: a trainer pauses at the
+    # end of its update (train/run.py) and needs its env until then; close() escalates to SIGKILL
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     env = None
     try:
         try:

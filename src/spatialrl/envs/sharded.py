@@ -51,7 +51,8 @@ parent would open a GL context there).
 Errors: an exception in a worker is raised in the parent as :class:`ShardError`, naming the shard, its
 envs and the call, with the worker's traceback (the original exception as ``__cause__`` where it
 unpickles); the worker stays up for later calls. A worker that dies is a ``ShardError`` too and closes the
-env. Workers ignore SIGINT, so Ctrl-C goes to the parent, whose ``close`` (also on leaving a ``with`` block
+env. Workers ignore SIGINT and SIGTERM, so Ctrl-C and a group SIGTERM (``timeout``, Slurm: a trainer
+pauses at the end of its update) go to the parent, whose ``close`` (also on leaving a ``with`` block
 and, as a last resort, from ``__del__``) ends them. Start methods ``spawn`` (default) and ``forkserver``
 only: the parent may hold GL contexts and threads that a forked child must not inherit.
 """
