@@ -64,18 +64,24 @@
 #   TRAIN_MIN=12 ... STAGE=train ... sent two or three times (the runs pause and resume) before STAGE=eval
 #   ... ARMS=tvr STAGE=train ... and ARMS=tvr STAGE=eval ... likewise for TVR (WORK keeps both groups;
 #   STAGE=eval with ARMS="virl tvr" at the end writes one findings.json with both experiments)
+#   A validation sweep (choose PPO_LR x PPO_TEMP on metro 9 / hillside 10, never on the eval cities), one WORK
+#   per setting over shared inputs, PPO only, one seed (docs/training.md State has the exact command):
+#     V="VALIDATION=1 VIRL_ARMS=ppo SEEDS=0 DATA_DIR=/tmp/sweep-data TRAIN_MIN=4"
+#     env $V STAGE=inputs WORK=/tmp/sweep-in OUT=... bash ...; then per setting, side by side:
+#     env $V PPO_LR=3e-5 PPO_TEMP=1.0 STAGE=all WORK=/tmp/sweep-3e-5-1.0 OUT=... bash ... &
 #   SMOKE=1 OUT=/tmp/smoke-findings bash scripts/gpu/reproduce_findings.sh   # CPU rehearsal (STAGE=all,
 #     tiny cities, 2 seeds, a few seconds of training; `findings` gets --allow-fewer-seeds only here;
 #     TVR: a 4-task bench, rollouts and evals capped at 4 turns, 1 task x 2 samples per multi-turn update,
 #     2 in-training eval episodes; tests/scripts/test_reproduce_findings_smoke.py runs it with SEEDS=0)
 # The GPU machine needs .whl and .gl carried (bash scripts/gpu/bundle.sh once, here).
 #
-# Knobs (environment): STAGE (train | eval | all), ARMS (groups: virl, tvr; default virl), SEEDS,
+# Knobs (environment): STAGE (inputs | train | eval | all), ARMS (groups: virl, tvr; default virl), SEEDS,
 # SEED_PARALLEL, TRAIN_MIN (default: what the command leaves before TRAIN_END_S=540, at most 5; set: a total
 # budget over several STAGE=train commands), PAUSE_S (a paused run's seconds to save, 60),
 # END_S (every child is stopped by then, 550), RL_DTYPE (auto), WORK. V-IRL: EVAL_VIRL, VISION_REQUIRED,
 # RATIO, TOKEN_ARM, CRITIC_WARMUP, PPO_SHUFFLE (samples | episodes), PPO_MB, INIT_VIRL, PPO_LR (1e-5, the
-# recipe's), SFT_LR (1e-4), PPO_UPDATES (a cap, 100:
+# recipe's), PPO_TEMP (0.2, the recipe's), VIRL_ARMS ("ppo sft-more"), VALIDATION (1: evaluate on the
+# validation cities, to choose settings), DATA_DIR (inputs shared by several WORKs), SFT_LR (1e-4), PPO_UPDATES (a cap, 100:
 # the time budget ends the run), IN_EVAL, PPO_EVAL_EVERY (2), SFT_EVAL_EVERY (150), VIRL_EPISODES (expert
 # episodes for sft-more, 1000), EVAL_BATCH. TVR: EVAL_TVR (200), IN_EVAL_TVR (8), GRPO_LR (1e-4),
 # MULTI_TASKS (8), MULTI_EVERY / SINGLE_EVERY (in-training eval every 4 / 25 GRPO updates), TVR_BENCH,
@@ -139,7 +145,7 @@ fi
 ARMS=${ARMS:-virl}
 has_group() { [[ " $ARMS " == *" $1 "* ]]; }
 for g in $ARMS; do [ "$g" = virl ] || [ "$g" = tvr ] || { echo "ARMS: groups are virl and tvr, got $g" >&2; exit 2; }; done
-arms_of() { has_group virl && echo "ppo sft-more${TOKEN_ARM:+ ppo-token}"; has_group tvr && echo "grpo-multi grpo-single grpo-anchored cot-sft"; }
+arms_of() { has_group virl && echo "$VIRL_ARMS${TOKEN_ARM:+ ppo-token}"; has_group tvr && echo "grpo-multi grpo-single grpo-anchored cot-sft"; }
 INIT_VA=${INIT_VA:-builtin:tvr-va-sft}; INIT_AO=${INIT_AO:-builtin:tvr-ao-sft}; GRPO_LR=${GRPO_LR:-1e-4}
 COT_LR=${COT_LR:-1e-4}; COT_TOKENS=${COT_TOKENS:-128}   # 1e-4: a tenth of the VA-SFT's peak, as GRPO_LR
 BENCH=${TVR_BENCH:-$ROOT/runs/gpu-inputs/tvr-bench}
@@ -159,8 +165,21 @@ case "$PPO_SHUFFLE" in
   *) echo "PPO_SHUFFLE: samples or episodes, got $PPO_SHUFFLE" >&2; exit 2 ;;
 esac
 PPO_LR=${PPO_LR:-1e-5}; SFT_LR=${SFT_LR:-1e-4}; PPO_UPDATES=${PPO_UPDATES:-100}; RL_DTYPE=${RL_DTYPE:-auto}
-CITY=$WORK/data/city-train; EVAL_CITY=$WORK/data/city-eval; OOD_CITY=$WORK/data/city-eval-hillside
-DATA=$WORK/data/virl-sft-more; COT_DATA=$WORK/data/tvr-cot-sft
+PPO_TEMP=${PPO_TEMP:-0.2}   # PPO's sampling temperature (the recipe's, SFTvsRL's 0.2)
+VIRL_ARMS=${VIRL_ARMS:-ppo sft-more}
+for a in $VIRL_ARMS; do [ "$a" = ppo ] || [ "$a" = sft-more ] || { echo "VIRL_ARMS: ppo and/or sft-more, got $a" >&2; exit 2; }; done
+# VALIDATION=1: every evaluation (in-training and final) on the validation cities, metro seed 9 and hillside
+# seed 10, instead of the eval cities 7 and 8 — to choose a setting (e.g. PPO_LR x PPO_TEMP, one WORK each)
+# without looking at the eval cities. Not findings: fewer seeds are allowed, and the tables say validation.
+VALIDATION=${VALIDATION:-0}
+D=${DATA_DIR:-$WORK/data}   # DATA_DIR: inputs shared by several WORKs (a sweep; build them once: STAGE=inputs)
+mkdir -p "$D"
+CITY=$D/city-train; DATA=$D/virl-sft-more; COT_DATA=$WORK/data/tvr-cot-sft
+if [ "$VALIDATION" = 1 ]; then
+  EVAL_SEED=9; OOD_SEED=10; EVAL_CITY=$D/city-val; OOD_CITY=$D/city-val-hillside; FEWER=(--allow-fewer-seeds)
+else
+  EVAL_SEED=7; OOD_SEED=8; EVAL_CITY=$D/city-eval; OOD_CITY=$D/city-eval-hillside
+fi
 
 pack() {  # everything worth keeping, into one file (the device tool returns at most 8)
   local p=$WORK/pack
@@ -185,7 +204,8 @@ trap 'stamp "SIGTERM: stopping"; exit 143' TERM
 
 left() { echo $(( END_S - $(elapsed) > 10 ? END_S - $(elapsed) : 10 )); }
 stamp "stage=$STAGE arms=$ARMS smoke=$SMOKE work=$WORK seeds='$SEEDS' (parallel $SEED_PARALLEL) init=$INIT_VIRL" \
-  "vision_required=$VISION_REQUIRED ratio=$RATIO critic_warmup=$CRITIC_WARMUP lr ppo=$PPO_LR sft=$SFT_LR grpo=$GRPO_LR cot=$COT_LR"
+  "vision_required=$VISION_REQUIRED ratio=$RATIO critic_warmup=$CRITIC_WARMUP lr ppo=$PPO_LR sft=$SFT_LR grpo=$GRPO_LR cot=$COT_LR" \
+  "ppo temperature=$PPO_TEMP virl arms='$VIRL_ARMS' validation=$VALIDATION data=$D"
 machine_line >> "$OUT/timeline.txt" 2>&1
 
 # ------------------------------------------------------------------------------------------- inputs
@@ -194,16 +214,17 @@ city() {  # style routes seed dir: built once per WORK
   make_city "$1" "$2" "$3" "$4" > "$LOGS/city-$(basename "$4").log" 2>&1 \
     && stamp "city $(basename "$4") built ($1, seed $3, $2 routes)" || { stamp "FAILED: city $(basename "$4")"; return 1; }
 }
-eval_cities() {  # in-dist / rule-OOD and visual-OOD: seeds never used in training
-  city metro "$EVAL_VIRL" 7 "$EVAL_CITY" &
-  city hillside "$EVAL_VIRL" 8 "$OOD_CITY" &
+eval_cities() {  # in-dist / rule-OOD and visual-OOD: seeds never used in training (or validation: 9, 10)
+  city metro "$EVAL_VIRL" "$EVAL_SEED" "$EVAL_CITY" &
+  city hillside "$EVAL_VIRL" "$OOD_SEED" "$OOD_CITY" &
   wait
 }
+has_arm() { [[ " $(arms_of) " == *" $1 "* ]]; }
 inputs() {
   city metro "$TRAIN_ROUTES" 11 "$CITY" &
   eval_cities &
   wait
-  [ -f "$DATA/meta.json" ] && return 0
+  { [ -f "$DATA/meta.json" ] || ! has_arm sft-more; } && return 0
   spatialrl data sft --task virl --data "$CITY" --split in-dist --set episodes="$VIRL_EPISODES" --set seed=2000 \
       --set grid_size=$GRID --set intersection_in_text=$IIT --out "$DATA" --overwrite --batch-size 32 \
       > "$LOGS/data-virl.log" 2>&1 \
@@ -260,7 +281,7 @@ train_arm() {  # arm seed minutes
           --seed=$((42 + seed)) --task.data="$CITY"
           "--task.options={split: in-dist, mode: vl, grid_size: $GRID, verify_iter: 2, seed: $((42 + seed)), episodes: 4096, intersection_in_text: $IIT}"
           --ratio="$ratio" --critic_warmup="$CRITIC_WARMUP" --updates="$PPO_UPDATES" --optim.lr="$PPO_LR"
-          --shuffle="$PPO_SHUFFLE"
+          --shuffle="$PPO_SHUFFLE" --sampling.temperature="$PPO_TEMP"
           --checkpoint.every=0 --eval.every="$PPO_EVAL_EVERY" "${args[@]}" "${PPO_SIZE[@]}")
   else
     args=(sft "$ROOT/configs/sft/virl_small.yaml" --model.path="$INIT_VIRL" "--model.preset_overrides={}"
@@ -308,7 +329,7 @@ stage_train() {
   has_group tvr && { tvr_bench && tvr_cot_data; } &
   has_group virl && inputs &
   wait
-  if has_group virl && ! { [ -f "$DATA/meta.json" ] && [ -f "$OOD_CITY/route_infos.json" ] \
+  if has_group virl && ! { { [ -f "$DATA/meta.json" ] || ! has_arm sft-more; } && [ -f "$OOD_CITY/route_infos.json" ] \
       && [ -f "$EVAL_CITY/route_infos.json" ]; }; then stamp "FAILED: V-IRL inputs missing, no training"; return 1; fi
   if has_group tvr && [ ! -f "$BENCH/bench.json" ]; then stamp "FAILED: no TVR bench, no training"; return 1; fi
   local seeds=($SEEDS) i j min arm
@@ -353,14 +374,18 @@ virl_experiment() {  # name metric description: the V-IRL arms' block of the fin
   echo "    metric: $2"
   echo "    min_episodes: $(min_eps "$EVAL_VIRL" 200)"
   echo "    arms:"
-  echo "      sft-more:"
-  echo "        label: \"+ continued SFT\""
-  echo "        seeds:"
-  arm_seeds sft-more
-  echo "      ppo:"
-  echo "        label: \"+ PPO (ratio $RATIO)\""
-  echo "        seeds:"
-  arm_seeds ppo
+  if has_arm sft-more; then
+    echo "      sft-more:"
+    echo "        label: \"+ continued SFT\""
+    echo "        seeds:"
+    arm_seeds sft-more
+  fi
+  if has_arm ppo; then
+    echo "      ppo:"
+    echo "        label: \"+ PPO (ratio $RATIO, temperature $PPO_TEMP, lr $PPO_LR)\""
+    echo "        seeds:"
+    arm_seeds ppo
+  fi
   if [ -n "$TOKEN_ARM" ]; then
     echo "      ppo-token:"
     echo "        label: \"+ PPO (ratio token)\""
@@ -374,7 +399,7 @@ spec() {  # the findings specs, from the run folders that have a final eval (pat
     echo "experiments:"
     if has_group virl; then
       virl_experiment virl-sft-vs-ppo success \
-        "V-IRL VL from $INIT_VIRL, intersection_in_text=$IIT, $(budgets ppo sft-more ppo-token) min of training per run (time budget), ratio=$RATIO, critic_warmup=$CRITIC_WARMUP, ppo shuffle=$PPO_SHUFFLE"
+        "V-IRL VL from $INIT_VIRL, intersection_in_text=$IIT, $(budgets ppo sft-more ppo-token) min of training per run (time budget), ratio=$RATIO, critic_warmup=$CRITIC_WARMUP, ppo shuffle=$PPO_SHUFFLE, temperature=$PPO_TEMP, evaluated on $([ "$VALIDATION" = 1 ] && echo "VALIDATION cities (metro 9, hillside 10)" || echo "the eval cities (metro 7, hillside 8)")"
       # the paper's rule-OOD metric (Fig. 6) is per-step accuracy: the same runs, per_step_accuracy per episode
       virl_experiment virl-sft-vs-ppo-per-step per_step_accuracy \
         "the same runs, metric per-step accuracy (mean over episodes of each episode's share of correct steps; the paper pools steps)"
@@ -512,10 +537,11 @@ stage_eval() {
 }
 
 case "$STAGE" in
+  inputs) { has_group tvr && tvr_bench; } & { has_group virl && inputs; } & wait ;;
   train) stage_train ;;
   eval) stage_eval ;;
   all) stage_train; stage_eval ;;
-  *) echo "STAGE must be train, eval or all" >&2; exit 2 ;;
+  *) echo "STAGE must be inputs, train, eval or all" >&2; exit 2 ;;
 esac
 cat "$OUT/timeline.txt" >> "$WORK/timeline-all.txt"
 stamp "done"

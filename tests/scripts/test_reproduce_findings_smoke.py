@@ -96,7 +96,7 @@ def run_stage(work: Path, out: Path, **env_over: str) -> str:
     """One command of the V-IRL group's rehearsal; returns its timeline."""
     return rehearse("reproduce_findings.sh", out, {"ARMS": "virl", "SEEDS": "0", "WORK": str(work), **env_over},
                     drop=("INIT_VIRL", "EVAL_VIRL", "IN_EVAL", "SEED_PARALLEL", "PPO_SHUFFLE", "TOKEN_ARM", "END_S", "TRAIN_MIN",
-                          "TRAIN_END_S", "PAUSE_S"))
+                          "TRAIN_END_S", "PAUSE_S", "PPO_TEMP", "PPO_LR", "VIRL_ARMS", "VALIDATION", "DATA_DIR"))
 
 
 ARMS = ("ppo", "sft-more", "ppo-token")
@@ -132,3 +132,30 @@ def test_virl_budget_longer_than_a_command_pauses_and_resumes(tmp_path):
         assert set(got) == {(a, "0", s) for a in ARMS for s in ("in-dist", "rule-ood", "visual-ood")}
         for r in got.values():
             assert r["episodes"] > 0 and 0.0 <= r["value"] <= 1.0 and r["gpu_seconds"] > 0, r
+
+
+@pytest.mark.slow
+def test_virl_validation_sweep_setting_evaluates_on_the_validation_cities_only(tmp_path):
+    """VALIDATION=1 VIRL_ARMS=ppo: one setting of a PPO sweep over inputs shared through DATA_DIR (built by
+    STAGE=inputs): no SFT data, the validation cities (metro 9, hillside 10) for every evaluation, PPO at the
+    given temperature and lr, and findings rows of the PPO arm only, marked validation."""
+    data = tmp_path / "data"
+    knobs = {"VALIDATION": "1", "VIRL_ARMS": "ppo", "DATA_DIR": str(data)}
+    first = run_stage(tmp_path / "inputs", tmp_path / "out1", STAGE="inputs", **knobs)
+    assert "city city-val built (metro, seed 9" in first and "city city-val-hillside built (hillside, seed 10" in first
+    assert "data sft-more" not in first and not (data / "virl-sft-more").exists() and "FAILED" not in first
+    assert not (data / "city-eval").exists()
+    work = tmp_path / "work"
+    final = run_stage(work, tmp_path / "out2", STAGE="all", PPO_TEMP="0.7", PPO_LR="3e-5", **knobs)
+    assert "findings written" in final and "FAILED" not in final and "] city " not in final, final  # shared inputs
+    config = json.loads((work / "runs" / "ppo-s0" / "config.json").read_text())
+    assert config["sampling"]["temperature"] == 0.7 and config["optim"]["lr"] == 3e-5
+    assert Path(config["eval"]["data"]).name == "city-val"
+    assert Path(config["eval"]["options"]["visual_data"]).name == "city-val-hillside"
+    for label in ("ppo-s0", "sft-init"):
+        run = json.loads((work / "eval" / label / "run.json").read_text())
+        assert "city-val" in json.dumps(run) and "city-eval" not in json.dumps(run), label
+    doc = json.loads((tmp_path / "out2" / "findings.json").read_text())
+    assert {r["arm"] for r in doc["rows"]} == {"ppo"}
+    spec = (work / "findings" / "findings.yaml").read_text()
+    assert "evaluated on VALIDATION cities (metro 9, hillside 10)" in spec and "sft-more" not in spec, spec
