@@ -157,7 +157,10 @@ RATIO=${RATIO:-sequence}; TOKEN_ARM=$([ "${TOKEN_ARM:-0}" = 1 ] && echo 1); CRIT
 INIT_VIRL=${INIT_VIRL:-builtin:virl-sft}
 # PPO's epochs: one sample per row (samples, the reference) or a conversation's turns packed in one row
 # (episodes: micro-batches of PPO_MB conversations; the default 2 x grad_accum 4 keeps an optimiser step at
-# <= 32 samples with 4 turns per env and update, as the recipe's 8 samples x 4)
+# <= 32 samples with 4 turns per env and update, as the recipe's 8 samples x 4). Not for V-IRL's built-in
+# agent: each of its steps is a fresh one-turn prompt (the history is text), so a "conversation" is one
+# sample (rollout/samples_per_conversation 1.05 on the H100, 2026-12-06) and micro-batches of 2 made the
+# update 2x slower (45 s vs 19-27 s). It pays for chat-style multi-turn agents (docs/rl.md, "Speed").
 PPO_SHUFFLE=${PPO_SHUFFLE:-samples}
 case "$PPO_SHUFFLE" in
   samples) ;;

@@ -135,27 +135,34 @@ def test_virl_budget_longer_than_a_command_pauses_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
-def test_virl_validation_sweep_setting_evaluates_on_the_validation_cities_only(tmp_path):
-    """VALIDATION=1 VIRL_ARMS=ppo: one setting of a PPO sweep over inputs shared through DATA_DIR (built by
-    STAGE=inputs): no SFT data, the validation cities (metro 9, hillside 10) for every evaluation, PPO at the
-    given temperature and lr, and findings rows of the PPO arm only, marked validation."""
-    data = tmp_path / "data"
-    knobs = {"VALIDATION": "1", "VIRL_ARMS": "ppo", "DATA_DIR": str(data)}
-    first = run_stage(tmp_path / "inputs", tmp_path / "out1", STAGE="inputs", **knobs)
-    assert "city city-val built (metro, seed 9" in first and "city city-val-hillside built (hillside, seed 10" in first
-    assert "data sft-more" not in first and not (data / "virl-sft-more").exists() and "FAILED" not in first
-    assert not (data / "city-eval").exists()
-    work = tmp_path / "work"
-    final = run_stage(work, tmp_path / "out2", STAGE="all", PPO_TEMP="0.7", PPO_LR="3e-5", **knobs)
-    assert "findings written" in final and "FAILED" not in final and "] city " not in final, final  # shared inputs
-    config = json.loads((work / "runs" / "ppo-s0" / "config.json").read_text())
-    assert config["sampling"]["temperature"] == 0.7 and config["optim"]["lr"] == 3e-5
-    assert Path(config["eval"]["data"]).name == "city-val"
-    assert Path(config["eval"]["options"]["visual_data"]).name == "city-val-hillside"
-    for label in ("ppo-s0", "sft-init"):
-        run = json.loads((work / "eval" / label / "run.json").read_text())
-        assert "city-val" in json.dumps(run) and "city-eval" not in json.dumps(run), label
-    doc = json.loads((tmp_path / "out2" / "findings.json").read_text())
-    assert {r["arm"] for r in doc["rows"]} == {"ppo"}
-    spec = (work / "findings" / "findings.yaml").read_text()
-    assert "evaluated on VALIDATION cities (metro 9, hillside 10)" in spec and "sft-more" not in spec, spec
+def test_validation_sweep_runs_each_ppo_setting_on_the_validation_cities(tmp_path):
+    """scripts/gpu/findings_sweep.sh: PPO settings (lr:temperature) side by side, each a reproduce_findings.sh
+    with VALIDATION=1 VIRL_ARMS=ppo over inputs built once (DATA_DIR, STAGE=inputs): no SFT data, every
+    evaluation on the validation cities (metro 9, hillside 10), and one table row per setting and the init."""
+    sweep, out = tmp_path / "sweep", tmp_path / "out"
+    timeline = rehearse("findings_sweep.sh", out, {"STAGE": "all", "SWEEP": str(sweep), "SETTINGS": "1e-5:0.2 3e-5:0.7"},
+                        drop=("TRAIN_MIN", "EVAL_VIRL", "IN_EVAL", "INIT_VIRL", "PPO_SHUFFLE", "TOKEN_ARM", "DATA_DIR",
+                              "VALIDATION", "VIRL_ARMS", "PPO_LR", "PPO_TEMP", "SEEDS", "ARMS"), timeout=900)
+    assert "sweep table written" in timeline and "FAILED" not in timeline, timeline
+    inputs = (sweep / "out" / "inputs" / "timeline.txt").read_text()
+    assert "city city-val built (metro, seed 9" in inputs and "city city-val-hillside built (hillside, seed 10" in inputs
+    assert not (sweep / "data" / "virl-sft-more").exists() and not (sweep / "data" / "city-eval").exists()
+    for name, lr, temp in (("lr1e-5-t0.2", 1e-5, 0.2), ("lr3e-5-t0.7", 3e-5, 0.7)):
+        work = sweep / name
+        assert "] city " not in (sweep / "out" / name / "timeline.txt").read_text()  # the shared inputs
+        config = json.loads((work / "runs" / "ppo-s0" / "config.json").read_text())
+        assert config["sampling"]["temperature"] == temp and config["optim"]["lr"] == lr
+        assert Path(config["eval"]["data"]).name == "city-val"
+        assert Path(config["eval"]["options"]["visual_data"]).name == "city-val-hillside"
+        for label in ("ppo-s0", "sft-init"):
+            run = json.dumps(json.loads((work / "eval" / label / "run.json").read_text()))
+            assert "city-val" in run and "city-eval" not in run, (name, label)
+        doc = json.loads((sweep / "out" / name / "findings.json").read_text())
+        assert {r["arm"] for r in doc["rows"]} == {"ppo"}
+        spec = (work / "findings" / "findings.yaml").read_text()
+        assert "evaluated on VALIDATION cities (metro 9, hillside 10)" in spec and "sft-more" not in spec, spec
+    table = (out / "sweep.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| lr ") or line.startswith("| SFT init")]
+    assert [r.split("|")[1].strip() for r in rows] == ["lr 1e-5, T 0.2", "lr 3e-5, T 0.7", "SFT init (no PPO)"], table
+    assert all("not evaluated" not in r and "[" in r for r in rows[:2]), table
+    assert (out / "sweep.tar.gz").is_file()
