@@ -5,8 +5,10 @@
 # 1e-5:0.2 beside 1e-5:1.0, 1e-4:0.2, 1e-4:1.0), side by side on one GPU: PPO only (VIRL_ARMS=ppo), one
 # seed, the same TRAIN_MIN budget each, over inputs built once (DATA_DIR), every evaluation on the
 # validation cities (VALIDATION=1: metro seed 9 for in-dist / rule-OOD, hillside seed 10 for visual-OOD;
-# EVAL_VIRL episodes each). The SFT init is evaluated there too, as the baseline. Then one table,
-# sweep.md: validation success and per-step accuracy per setting and split.
+# EVAL_VIRL episodes each). The SFT init is evaluated there too, as the baseline — once per setting (each
+# setting is a whole reproduce_findings.sh; the evals run side by side, so it costs GPU share, not a
+# command), which doubles as a check: greedy evals of one model must agree. Then one table, sweep.md:
+# validation success and per-step accuracy per setting and split.
 #
 # The rule that picks (stated before any number is seen): the setting with the highest visual-OOD success;
 # it replaces the recipe's only if its lead over the recipe's setting exceeds the recipe row's 95% CI
