@@ -73,6 +73,18 @@ table() {  # sweep.md: one row per setting and the init, from each setting's fin
 import json, sys
 from pathlib import Path
 sweep, settings = Path(sys.argv[1]), sys.argv[2:]
+
+def cells(findings):  # (metric, split) -> summary row of a findings.json
+    return {("step" if r["experiment"].endswith("per-step") else "success", r["split"]): r
+            for r in json.loads(findings.read_text())["summary"]}
+
+def fmt(cell, split, ci=True):  # success % [CI] (per-step accuracy %)
+    a, b = cell.get(("success", split)), cell.get(("step", split))
+    if a is None:
+        return "-"
+    return (f"{100 * a['mean']:.1f}" + (f" [{100 * a['ci_low']:.1f}, {100 * a['ci_high']:.1f}]" if ci else "")
+            + (f" ({100 * b['mean']:.1f})" if b else ""))
+
 print("PPO settings on the validation cities (metro 9 in-dist / rule-OOD, hillside 10 visual-OOD), one seed;"
       " success % [95% CI over episodes] (per-step accuracy %)\n")
 print("| setting | visual-OOD | in-dist | rule-OOD | GPU-s | env steps |\n|---|---|---|---|---:|---:|")
@@ -84,28 +96,15 @@ for s in settings:
     if not f.is_file():
         print(f"| lr {lr}, T {temp} | not evaluated | | | | |")
         continue
-    rows = json.loads(f.read_text())["summary"]
-    cell = {}
-    for r in rows:
-        metric = "step" if r["experiment"].endswith("per-step") else "success"
-        cell[(metric, r["split"])] = r
-    def fmt(split):
-        a, b = cell.get(("success", split)), cell.get(("step", split))
-        if a is None:
-            return "-"
-        return (f"{100 * a['mean']:.1f} [{100 * a['ci_low']:.1f}, {100 * a['ci_high']:.1f}]"
-                + (f" ({100 * b['mean']:.1f})" if b else ""))
+    cell = cells(f)
     any_row = next(iter(cell.values()))
-    print(f"| lr {lr}, T {temp} | {fmt('visual-ood')} | {fmt('in-dist')} | {fmt('rule-ood')} "
+    print(f"| lr {lr}, T {temp} | {fmt(cell, 'visual-ood')} | {fmt(cell, 'in-dist')} | {fmt(cell, 'rule-ood')} "
           f"| {any_row.get('gpu_seconds_mean') or 0:.0f} | {any_row.get('samples_mean') or 0:.0f} |")
     init = init or sweep / name / "findings" / "findings-init.json"
 if init and init.is_file():
-    rows = json.loads(init.read_text())["summary"]
-    cell = {(("step" if r["experiment"].endswith("per-step") else "success"), r["split"]): r for r in rows}
-    def fmt0(split):
-        a, b = cell.get(("success", split)), cell.get(("step", split))
-        return "-" if a is None else f"{100 * a['mean']:.1f}" + (f" ({100 * b['mean']:.1f})" if b else "")
-    print(f"| SFT init (no PPO) | {fmt0('visual-ood')} | {fmt0('in-dist')} | {fmt0('rule-ood')} | | |")
+    cell = cells(init)
+    print(f"| SFT init (no PPO) | {fmt(cell, 'visual-ood', False)} | {fmt(cell, 'in-dist', False)} "
+          f"| {fmt(cell, 'rule-ood', False)} | | |")
 PY
   stamp "sweep table written"; cat "$OUT/sweep.md" >> "$OUT/timeline.txt"
 }

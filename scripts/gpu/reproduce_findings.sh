@@ -64,11 +64,8 @@
 #   TRAIN_MIN=12 ... STAGE=train ... sent two or three times (the runs pause and resume) before STAGE=eval
 #   ... ARMS=tvr STAGE=train ... and ARMS=tvr STAGE=eval ... likewise for TVR (WORK keeps both groups;
 #   STAGE=eval with ARMS="virl tvr" at the end writes one findings.json with both experiments)
-#   A validation sweep (choose PPO_LR x PPO_TEMP on metro 9 / hillside 10, never on the eval cities), one WORK
-#   per setting over shared inputs, PPO only, one seed (docs/training.md State has the exact command):
-#     V="VALIDATION=1 VIRL_ARMS=ppo SEEDS=0 DATA_DIR=/tmp/sweep-data TRAIN_MIN=4"
-#     env $V STAGE=inputs WORK=/tmp/sweep-in OUT=... bash ...; then per setting, side by side:
-#     env $V PPO_LR=3e-5 PPO_TEMP=1.0 STAGE=all WORK=/tmp/sweep-3e-5-1.0 OUT=... bash ... &
+#   Settings are chosen on validation cities first (VALIDATION=1; scripts/gpu/findings_sweep.sh runs one
+#   WORK per PPO_LR x PPO_TEMP over shared inputs, PPO only, one seed)
 #   SMOKE=1 OUT=/tmp/smoke-findings bash scripts/gpu/reproduce_findings.sh   # CPU rehearsal (STAGE=all,
 #     tiny cities, 2 seeds, a few seconds of training; `findings` gets --allow-fewer-seeds only here;
 #     TVR: a 4-task bench, rollouts and evals capped at 4 turns, 1 task x 2 samples per multi-turn update,
@@ -223,11 +220,12 @@ eval_cities() {  # in-dist / rule-OOD and visual-OOD: seeds never used in traini
   wait
 }
 has_arm() { [[ " $(arms_of) " == *" $1 "* ]]; }
+sft_data_ready() { [ -f "$DATA/meta.json" ] || ! has_arm sft-more; }  # sft-more's expert data, when it runs
 inputs() {
   city metro "$TRAIN_ROUTES" 11 "$CITY" &
   eval_cities &
   wait
-  { [ -f "$DATA/meta.json" ] || ! has_arm sft-more; } && return 0
+  sft_data_ready && return 0
   spatialrl data sft --task virl --data "$CITY" --split in-dist --set episodes="$VIRL_EPISODES" --set seed=2000 \
       --set grid_size=$GRID --set intersection_in_text=$IIT --out "$DATA" --overwrite --batch-size 32 \
       > "$LOGS/data-virl.log" 2>&1 \
@@ -332,7 +330,7 @@ stage_train() {
   has_group tvr && { tvr_bench && tvr_cot_data; } &
   has_group virl && inputs &
   wait
-  if has_group virl && ! { { [ -f "$DATA/meta.json" ] || ! has_arm sft-more; } && [ -f "$OOD_CITY/route_infos.json" ] \
+  if has_group virl && ! { sft_data_ready && [ -f "$OOD_CITY/route_infos.json" ] \
       && [ -f "$EVAL_CITY/route_infos.json" ]; }; then stamp "FAILED: V-IRL inputs missing, no training"; return 1; fi
   if has_group tvr && [ ! -f "$BENCH/bench.json" ]; then stamp "FAILED: no TVR bench, no training"; return 1; fi
   local seeds=($SEEDS) i j min arm
@@ -377,24 +375,16 @@ virl_experiment() {  # name metric description: the V-IRL arms' block of the fin
   echo "    metric: $2"
   echo "    min_episodes: $(min_eps "$EVAL_VIRL" 200)"
   echo "    arms:"
-  if has_arm sft-more; then
-    echo "      sft-more:"
-    echo "        label: \"+ continued SFT\""
-    echo "        seeds:"
-    arm_seeds sft-more
-  fi
-  if has_arm ppo; then
-    echo "      ppo:"
-    echo "        label: \"+ PPO (ratio $RATIO, temperature $PPO_TEMP, lr $PPO_LR)\""
-    echo "        seeds:"
-    arm_seeds ppo
-  fi
-  if [ -n "$TOKEN_ARM" ]; then
-    echo "      ppo-token:"
-    echo "        label: \"+ PPO (ratio token)\""
-    echo "        seeds:"
-    arm_seeds ppo-token
-  fi
+  has_arm sft-more && arm_block sft-more "+ continued SFT"
+  has_arm ppo && arm_block ppo "+ PPO (ratio $RATIO, temperature $PPO_TEMP, lr $PPO_LR)"
+  [ -n "$TOKEN_ARM" ] && arm_block ppo-token "+ PPO (ratio token)"
+  return 0
+}
+arm_block() {  # arm label: an arm's block of a findings spec, with its evaluated seeds
+  echo "      $1:"
+  echo "        label: \"$2\""
+  echo "        seeds:"
+  arm_seeds "$1"
 }
 spec() {  # the findings specs, from the run folders that have a final eval (paths relative to WORK)
   { echo "root: .."

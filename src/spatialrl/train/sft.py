@@ -130,7 +130,7 @@ def micro_batch_source(cfg: SFTConfig, train_set: SFTDataset, processor: Any, mo
     from torch.utils.data import DataLoader
 
     return iter(DataLoader(train_set, batch_sampler=list(plan), collate_fn=collate, num_workers=cfg.data.num_workers,
-                           worker_init_fn=ignore_sigterm if cfg.data.num_workers > 0 else None))
+                           worker_init_fn=ignore_sigterm))
 
 
 def ignore_sigterm(worker_id: int) -> None:
