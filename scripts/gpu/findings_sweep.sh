@@ -48,7 +48,8 @@ pack() {
   for s in $SETTINGS; do
     name=$(name_of "$s"); mkdir -p "$p/$name"
     cp "$SWEEP/out/$name"/{timeline.txt,findings.json,table.md} "$p/$name/" 2>/dev/null
-    [ -f "$SWEEP/out/$name/findings.tar.gz" ] && tar -xzf "$SWEEP/out/$name/findings.tar.gz" -C "$p/$name" runs eval findings 2>/dev/null
+    # members are named ./runs/..., and GNU tar matches a named member only with that prefix
+    [ -f "$SWEEP/out/$name/findings.tar.gz" ] && tar -xzf "$SWEEP/out/$name/findings.tar.gz" -C "$p/$name" ./runs ./eval ./findings
   done
   cp "$OUT/timeline.txt" "$p/" 2>/dev/null
   tar -czf "$OUT/sweep.tar.gz" -C "$p" . && rm -rf "$p"

@@ -322,7 +322,8 @@ for k, name in [("ppo/clip_fraction_sequence", "clip seq"), ("ppo/clip_fraction_
                 ("value/explained_variance", "expl var"), ("rollout/answer_relative_share", "relative share")]:
     v = series(k)
     if v:
-        out.append(f"{name} {' '.join(f'{x:.2f}' for x in v[:12])}")
+        shown = [f"{x:.2f}" for x in v]  # a long run: its first and last updates, not only the first
+        out.append(f"{name} {' '.join(shown if len(shown) <= 16 else shown[:6] + ['...'] + shown[-6:])}")
 print("; ".join(out))
 PY
 }

@@ -11,6 +11,7 @@ the rows it produced, not just the exit status.
 from __future__ import annotations
 
 import json
+import tarfile
 import re
 from pathlib import Path
 
@@ -165,4 +166,9 @@ def test_validation_sweep_runs_each_ppo_setting_on_the_validation_cities(tmp_pat
     rows = [line for line in table.splitlines() if line.startswith("| lr ") or line.startswith("| SFT init")]
     assert [r.split("|")[1].strip() for r in rows] == ["lr 1e-5, T 0.2", "lr 3e-5, T 0.7", "SFT init (no PPO)"], table
     assert all("not evaluated" not in r and "[" in r for r in rows[:2]), table
-    assert (out / "sweep.tar.gz").is_file()
+    with tarfile.open(out / "sweep.tar.gz") as tar:  # each setting's runs, evals and findings (init included)
+        names = set(tar.getnames())
+    for name in ("lr1e-5-t0.2", "lr3e-5-t0.7"):
+        for member in ("runs/ppo-s0/metrics.jsonl", "eval/sft-init/metrics.json", "findings/findings-init.json",
+                       "findings.json", "timeline.txt"):
+            assert f"./{name}/{member}" in names, (name, member, sorted(names))
