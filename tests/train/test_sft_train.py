@@ -184,6 +184,18 @@ def test_closed_loop_eval_during_training(tmp_path, gp_data, tiny_builtin):
     assert meta["dataset"]["task"] == "gp" and meta["recipe"]["max_steps"] == 2
 
 
+def test_an_eval_without_its_data_fails_before_training(tmp_path, gp_data, tiny_builtin):
+    """A V-IRL eval needs a city: the run stops at once naming eval.data, not after its budget at the final
+    eval, and leaves no run folder behind."""
+    out = tmp_path / "run"
+    with pytest.raises(DataError, match=r"eval \(the in-training evaluation: eval.task=virl.*dataset folder"):
+        train(make_cfg(out, gp_data, tiny_builtin, **{"eval.task": "virl"}))
+    assert not out.exists()
+    with pytest.raises(DataError, match=r"(?s)eval.task=virl.*route_infos.json: missing"):
+        train(make_cfg(out, gp_data, tiny_builtin, **{"eval.task": "virl", "eval.data": str(gp_data)}))
+    assert not out.exists()
+
+
 def test_preset_overrides_build_a_smaller_model(tmp_path, gp_data):
     cfg = make_cfg(tmp_path / "p", gp_data, "x", max_steps=1, **{
         "model.path": "preset:tiny", "model.preset_overrides": {"num_layers": 1, "intermediate_size": 64}})

@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from spatialrl.errors import DataError, TrainingError
+from spatialrl.errors import DataError, SpatialRLError, TrainingError
 from spatialrl.io import atomic_write_json
 from spatialrl.train.accumulation import micro_step
 from spatialrl.train.common import (
@@ -77,6 +77,7 @@ class Run:
         torch.backends.cuda.enable_cudnn_sdp(bool(cfg.model.cudnn_attention))
         self.out = Path(cfg.output_dir)
         if self.accelerator.is_main_process:
+            check_closed_loop_eval(cfg)
             self.out.mkdir(parents=True, exist_ok=True)
             atomic_write_json(self.out / "config.json", config_to_dict(cfg))
         if rl:
@@ -375,6 +376,37 @@ def refuse_sharded_rollouts(accelerator: Any) -> None:
                         "deadlock); use configs/accelerate/ddp_*gpu.yaml or zero2_*gpu.yaml")
 
 
+def eval_options(cfg: Any) -> dict[str, Any]:
+    """The task options of the in-training closed-loop eval (``cfg.eval``)."""
+    from spatialrl.envs.registry import get_suite
+
+    options = dict(get_suite(cfg.eval.task).default_options)
+    if cfg.eval.data is not None:
+        options["data"] = cfg.eval.data
+    if cfg.eval.split is not None:
+        options["split"] = cfg.eval.split
+    # The suite applies the limit per split (V-IRL, GP) or round-robin over categories (TVR): slicing
+    # the joined list would evaluate only the first split of `in-dist,rule-ood,visual-ood`. (Suites
+    # list `limit: None` among their defaults, so only an explicit eval.options limit wins.)
+    options["limit"] = cfg.eval.episodes
+    options.update(cfg.eval.options)
+    return options
+
+
+def check_closed_loop_eval(cfg: Any) -> None:
+    """List the eval's episodes before any training, so a missing or bad ``eval.data`` fails at once with
+    the suite's error, not after the run's whole budget (the final eval is the first to need them)."""
+    if cfg.eval.task is None:
+        return
+    from spatialrl.envs.registry import get_suite
+
+    try:
+        get_suite(cfg.eval.task).episodes(eval_options(cfg))
+    except SpatialRLError as e:
+        raise DataError(f"eval (the in-training evaluation: eval.task={cfg.eval.task}, eval.data, eval.split, "
+                        f"eval.options): {e} (or --eval.task=null: no evaluation)") from None
+
+
 def closed_loop_eval(accelerator: Any, model: Any, processor: Any, cfg: Any, step: int) -> dict[str, float]:
     """Play held-out episodes (``cfg.eval``) with the in-training model through the eval runner (main
     process only); ``eval/<category>/<metric>``, the run folder kept under ``OUTPUT/eval/step-N/``."""
@@ -387,20 +419,9 @@ def closed_loop_eval(accelerator: Any, model: Any, processor: Any, cfg: Any, ste
     if accelerator.is_main_process:
         from spatialrl.agents.base import SamplingParams
         from spatialrl.agents.hf import HFPolicy
-        from spatialrl.envs.registry import get_suite
         from spatialrl.eval.evaluate import evaluate
 
-        suite = get_suite(cfg.eval.task)
-        options = dict(suite.default_options)
-        if cfg.eval.data is not None:
-            options["data"] = cfg.eval.data
-        if cfg.eval.split is not None:
-            options["split"] = cfg.eval.split
-        # The suite applies the limit per split (V-IRL, GP) or round-robin over categories (TVR): slicing
-        # the joined list would evaluate only the first split of `in-dist,rule-ood,visual-ood`. (Suites
-        # list `limit: None` among their defaults, so only an explicit eval.options limit wins.)
-        options["limit"] = cfg.eval.episodes
-        options.update(cfg.eval.options)
+        options = eval_options(cfg)
         unwrapped = accelerator.unwrap_model(model)
         was_training = unwrapped.training
         dtype = next(unwrapped.parameters()).dtype  # keep the master weights' dtype (no in-place cast)
