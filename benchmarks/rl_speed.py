@@ -105,9 +105,25 @@ def run_ppo(args, model, processor, data, out, offload) -> dict[str, Any]:
             "score_train_seconds": r["train/update_seconds"] - r["train/collect_seconds"],  # scoring + epochs
             "samples_per_update": r["charts/update_samples"], "wall_seconds": time.perf_counter() - t0,
             "samples_per_conversation": r.get("rollout/samples_per_conversation"),
+            # the decoder's input tokens (real / padded) of the scoring pass and of all epochs together
+            **{k.split("/")[1]: r.get(k) for k in ("train/score_tokens", "train/score_padded_tokens",
+                                                   "train/epoch_tokens", "train/epoch_padded_tokens")},
             **{k.split("/")[1]: r[k] for k in ("train/generate_seconds", "train/env_seconds", "train/tokenize_seconds")},
             "num_envs": args.num_envs, "ppo_epochs": args.ppo_epochs, "minibatch_size": args.mb, "grad_accum": args.accum,
             "shuffle": args.order}
+
+
+def score_train_tflops(row: dict[str, Any], split: dict[str, int], frozen_base: bool) -> float | None:
+    """Achieved dense-matmul TFLOP/s of the scoring pass + epochs, an estimate from the real tokens: 2 FLOPs
+    per decoder parameter and token forward; an epoch token adds the backward, 2 more with a frozen base (LoRA:
+    input gradients only) or 4 with the full model's weight gradients too. Leaves out attention's
+    sequence-squared term, the output head (scored answer positions only) and the vision tower (frozen and
+    cached in the fast rows), so it is a lower bound on the work done."""
+    tokens, epochs, seconds = row.get("score_tokens"), row.get("epoch_tokens"), row.get("score_train_seconds")
+    if not tokens or not epochs or not seconds:
+        return None
+    per_epoch_token = 4.0 if frozen_base else 6.0  # forward 2 + backward 2 (frozen base) or 4 (full)
+    return split["text"] * (2.0 * tokens + per_epoch_token * epochs) / seconds / 1e12
 
 
 def run_grpo(args, model, processor, data, out, offload) -> dict[str, Any]:
@@ -185,6 +201,10 @@ def main() -> None:
               "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "git_commit": git_commit(),
               "torch": torch.__version__, "args": vars(args),
               "seed_ppo_samples_per_min_8xH800": SEED_PPO_SAMPLES_PER_MIN, "target_11b_ppo_samples_per_min": TARGET_11B}
+    if args.device != "cpu":  # the card's own dense bf16 matmul rate, for the epochs' achieved share
+        from rollout_throughput import measure_gpu
+
+        header["limit"] = measure_gpu(args.device)
     tmp = Path(tempfile.mkdtemp(prefix="rl-speed-"))
     data = write_dataset(tmp / "city", random_routes(16, seed=0), pano_size=(1024, 512))
 
@@ -209,6 +229,10 @@ def main() -> None:
                 row = runner(args, model, processor, data, run_dir, offload == "cpu")
             except torch.OutOfMemoryError as e:
                 row = {"algo": algo, "offload": offload == "cpu", "error": f"out of memory: {str(e)[:200]}"}
+            if algo == "ppo":
+                from rollout_throughput import param_split
+
+                row["score_train_tflops_est"] = score_train_tflops(row, param_split(model), lora_r > 0)
             row.update(params=params, vision_cache_mb=cache_mb, kv_cache=kv, lora_r=lora_r, merge_lora=args.merge, minibatch_size=mb,
                        shuffle=order if algo == "ppo" else None)
             if args.device != "cpu":
@@ -224,7 +248,7 @@ def main() -> None:
     print(f"\n{args.model} on {machine}; V-IRL VL {args.grid_size}² grids, {args.new_tokens}-token answers")
     print(f"{'algo':<5} {'offload':<8} {'cache MB':>8} {'kv':<7} {'lora':>4} {'merge':<5} {'mb':>3} {'shuffle':<7} {'samples/min':>11} "
           f"{'update s':>9} {'rollout s':>9} {'generate':>8} {'env':>5} {'tokenize':>8} {'score+train':>11} {'peak GiB':>9} "
-          f"{'samples/conv':>12}")
+          f"{'samples/conv':>12} {'epoch tokens':>12} {'TFLOP/s est':>11}")
     for r in rows:
         lead = (f"{r['algo']:<5} {str(r['offload']):<8} {r['vision_cache_mb']:>8.0f} {r['kv_cache']:<7} {r['lora_r']:>4} "
                 f"{str(r.get('merge_lora', False)):<5} {r['minibatch_size']:>3} {str(r.get('shuffle') or '-'):<7}")
@@ -235,7 +259,11 @@ def main() -> None:
         roll = r.get("collect_seconds", r.get("rollout_seconds", 0.0))
         print(f"{lead} {spm:>11} {r['update_seconds']:>9.1f} {roll:>9.1f} {r['generate_seconds']:>8.1f} "
               f"{r['env_seconds']:>5.1f} {r['tokenize_seconds']:>8.1f} {r.get('score_train_seconds', 0.0):>11.1f} "
-              f"{r.get('peak_gpu_gib', 0.0):>9.1f} {r.get('samples_per_conversation') or 0.0:>12.2f}")
+              f"{r.get('peak_gpu_gib', 0.0):>9.1f} {r.get('samples_per_conversation') or 0.0:>12.2f} "
+              f"{r.get('epoch_tokens') or 0:>12,.0f} {r.get('score_train_tflops_est') or 0.0:>11.2f}")
+    if "limit" in header:
+        print(f"this card's dense bf16 matmul rate: {header['limit']['matmul_tflops']:.0f} TFLOP/s (TFLOP/s est: "
+              "the scoring pass + epochs, decoder matmuls of the real tokens only; see score_train_tflops)")
     print(f"seed: PPO ~{SEED_PPO_SAMPLES_PER_MIN:.0f} samples/min on 8×H800; rollout {SEED_ROLLOUT}; "
           f"target for the 11B-class model: >= {TARGET_11B:.0f} PPO samples/min on one H200")
 

@@ -297,16 +297,24 @@ def measure_gpu(device: str) -> dict[str, float]:
     return {"matmul_tflops": tflops, "hbm_gbps": gbps}
 
 
-def step_cost(policy: Any, prompt_tokens: float, new_tokens: int, grid: int) -> dict[str, float]:
-    """FLOPs and weight bytes one env step needs (dense-matmul count: 2 x params x tokens)."""
-    model = policy.model
+def param_split(model: Any) -> dict[str, int]:
+    """Parameters by what they cost per token: ``vision`` (the tower, per image patch), ``text`` (the
+    decoder's matmuls, per token: 2 FLOPs each), ``head`` (per scored/generated position only), ``total``."""
     inner = getattr(model, "model", model)
     tower = getattr(inner, "vision_model", None) or getattr(inner, "visual", None)  # Mllama / Qwen
     vision = sum(p.numel() for p in tower.parameters()) if tower is not None else 0
     total = sum(p.numel() for p in model.parameters())
     embed = model.get_input_embeddings().weight.numel()  # a lookup, not a matmul
-    head = model.get_output_embeddings().weight.numel()  # applied to generated positions only
-    text = total - vision - embed - head
+    head = model.get_output_embeddings().weight.numel()
+    return {"vision": vision, "text": total - vision - embed - head, "head": head, "total": total}
+
+
+def step_cost(policy: Any, prompt_tokens: float, new_tokens: int, grid: int) -> dict[str, float]:
+    """FLOPs and weight bytes one env step needs (dense-matmul count: 2 x params x tokens)."""
+    model = policy.model
+    inner = getattr(model, "model", model)
+    split = param_split(model)
+    vision, text, head, total = split["vision"], split["text"], split["head"], split["total"]
     vis_tokens = 0
     if hasattr(inner, "vision_model"):  # Mllama: tiles x (patches + class token)
         cfg = model.config.vision_config

@@ -119,6 +119,11 @@ def test_episode_shuffle_packs_turns_and_keeps_ratio_one(tmp_path, tiny_model_di
     assert last["losses/approx_kl"] == pytest.approx(0.0, abs=1e-6)
     # 2 envs x 3 turns from the reset: two whole 3-turn conversations, packed into two rows
     assert last["rollout/samples_per_conversation"] == 3.0
+    # the decoder's input tokens: each epoch scores the same two packed rows as the scoring pass, one
+    # conversation per micro-batch (no padding)
+    cfg = ppo_config(tmp_path / "lr0", tiny_model_dir, **over)
+    assert last["train/score_tokens"] > 0 and last["train/score_padded_tokens"] == last["train/score_tokens"]
+    assert last["train/epoch_tokens"] == cfg.epochs * last["train/score_tokens"] == last["train/epoch_padded_tokens"]
     runs = [ppo_config(tmp_path / name, tiny_model_dir, **{**over, "updates": 2}) for name in ("a", "b")]
     for cfg in runs:
         train(cfg)

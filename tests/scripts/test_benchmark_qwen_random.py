@@ -66,6 +66,9 @@ def test_small_variant_runs_both_benchmarks(tmp_path):
     assert "error" not in ppo and "error" not in grpo
     assert ppo["algo"] == "ppo" and ppo["samples_per_min"] > 0 and ppo["samples_per_update"] == 2
     assert ppo["samples_per_conversation"] == 1.0  # 2 envs x 1 turn: two one-sample conversations
+    # the decoder's input tokens: one epoch over the same two rows as the scoring pass
+    assert ppo["score_tokens"] > 0 and ppo["epoch_tokens"] == ppo["score_tokens"]
+    assert ppo["score_padded_tokens"] >= ppo["score_tokens"] and ppo["score_train_tflops_est"] > 0
     # multi-turn GRPO: 1 task x G 2 trajectories, each of at least one turn
     assert grpo["algo"] == "grpo" and grpo["trajectories"] == 2 and grpo["env_steps_per_update"] >= 2
     assert grpo["policy_tokens"] > 0

@@ -103,6 +103,15 @@ def conversation_ids(samples: list[Sample]) -> list[int]:
     return [ids.setdefault(id(s.segment), len(ids)) for s in samples]
 
 
+def _rows(samples: list[Sample]) -> list[list[Sample]]:
+    """The samples of each row (conversation), in ``conversation_ids`` order."""
+    rows = conversation_ids(samples)
+    members: list[list[Sample]] = [[] for _ in range(max(rows) + 1)]
+    for s, r in zip(samples, rows, strict=True):
+        members[r].append(s)
+    return members
+
+
 def batch_inputs(turns: TurnTokenizer, samples: list[Sample], device: Any, vision: tuple[Any, Any] | None = None,
                  ) -> tuple[dict[str, Any], list[list[tuple[int, int]]], torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded inputs with one row per conversation: samples of one segment (a conversation's turns)
@@ -113,9 +122,7 @@ def batch_inputs(turns: TurnTokenizer, samples: list[Sample], device: Any, visio
     ``vision`` = ``(cache, unwrapped model)``: image features from the update's vision cache (a frozen
     tower's features are those the rollout computed)."""
     rows = conversation_ids(samples)
-    members: list[list[Sample]] = [[] for _ in range(max(rows) + 1)]
-    for s, r in zip(samples, rows, strict=True):
-        members[r].append(s)
+    members = _rows(samples)
     inputs = collate_inputs(turns, [(m[0].segment, max(x.end for x in m)) for m in members], "right", device, vision)
     width = inputs["input_ids"].shape[1]
     weights = torch.zeros((len(samples), width), device=device)
@@ -128,12 +135,16 @@ def batch_inputs(turns: TurnTokenizer, samples: list[Sample], device: Any, visio
 
 def forward_samples(model: Any, head: Any, turns: TurnTokenizer, samples: list[Sample], temperature: float,
              with_entropy: bool, device: Any, entropy_grad: bool = True, vision: tuple[Any, Any] | None = None,
+             counts: dict[str, float] | None = None,
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(per-token log-probs ``(N, W)``, token weights ``(N, W)``, values ``(N,)``, mean answer-token
     entropy ``(N,)`` or None), one row per sample (a packed conversation's row repeated for each of its
     samples; the weights select each one's answer). ``head`` is called as is (``critic_head`` detaches
-    its input)."""
+    its input). ``counts`` gets the decoder's input tokens added: ``tokens`` (real) and ``padded``."""
     inputs, spans, weights, positions, rows = batch_inputs(turns, samples, device, vision)
+    if counts is not None:  # what the decoder processed, for the logged tokens/s (host-side shapes: no sync)
+        counts["tokens"] = counts.get("tokens", 0.0) + float(sum(max(x.end for x in m) for m in _rows(samples)))
+        counts["padded"] = counts.get("padded", 0.0) + float(inputs["input_ids"].numel())
     sc = score_tokens(model, inputs, None, temperature, with_entropy=with_entropy, hidden_positions=positions,
                       value_head=head, entropy_grad=entropy_grad, spans=spans, hidden_rows=rows)
     entropy = None
@@ -198,6 +209,7 @@ class Update:
     values: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
+    score_counts: dict[str, float] = field(default_factory=dict)  # the scoring pass's decoder input tokens
 
     @property
     def flat(self) -> list[Sample]:
@@ -252,7 +264,7 @@ def score(cfg: PPOConfig, run: Run, upd: Update, model: Any, head: Any, turns: T
     for idx in rl_common.scoring_micro_batches(conversation_ids(flat), micro, cfg.shuffle):
         chunk = [flat[j] for j in idx]
         token_logp, weights, value, _ = forward_samples(model, head, turns, chunk, temperature, False, run.device,
-                                                        vision=vision)
+                                                        vision=vision, counts=upd.score_counts)
         logp = losses.weighted_sequence_logprob(token_logp, weights)
         for s, row, lp, v in zip(chunk, token_logp.tolist(), logp.tolist(), value.tolist(), strict=True):
             s.old_logp, s.old_token_logp, s.value = lp, row[s.answer_start:s.end], v
@@ -298,6 +310,7 @@ def optimise(cfg: PPOConfig, run: Run, flat: list[Sample], head: Any, turns: Tur
     value_head = rl_common.critic_head(head, cfg.detach_critic or warmup)
     sums = dict.fromkeys(("action_loss", "value_loss", "entropy", "approx_kl", "ratio", "n",
                           "clipped_sequence", "clipped_tokens", "tokens"), 0.0)
+    counts: dict[str, float] = {}  # the epochs' decoder input tokens
     grad_norms: list[float] = []
     order_rng = np.random.default_rng([cfg.seed, run.rank, update])
     conversations = conversation_ids(flat)
@@ -315,7 +328,7 @@ def optimise(cfg: PPOConfig, run: Run, flat: list[Sample], head: Any, turns: Tur
                 with run.micro_step(last), acc.autocast():
                     logp, weights, value, entropy = forward_samples(
                         model, value_head, turns, chunk, cfg.sampling.temperature, True, device,
-                        entropy_grad=cfg.entropy_coef > 0 and not warmup, vision=vision)
+                        entropy_grad=cfg.entropy_coef > 0 and not warmup, vision=vision, counts=counts)
                     pg, st = losses.ppo_policy_loss(logp, old_token_logps(chunk, logp.shape[1], device), weights, adv,
                                                     cfg.clip, cfg.ratio_guard, cfg.ratio)
                     action_loss = pg.mean()
@@ -340,7 +353,11 @@ def optimise(cfg: PPOConfig, run: Run, flat: list[Sample], head: Any, turns: Tur
                     sums["entropy"] += float(entropy.detach().sum())
         if say:
             say(f"epoch {epoch + 1}/{cfg.epochs} done at {time.perf_counter() - t0:.1f} s")
+    sums["epoch_counts"] = counts  # type: ignore[assignment]  # popped by update_metrics
     return sums, grad_norms
+
+
+TOKEN_METRICS = ("train/score_tokens", "train/score_padded_tokens", "train/epoch_tokens", "train/epoch_padded_tokens")
 
 
 def update_metrics(cfg: PPOConfig, run: Run, upd: Update, feed: EpisodeFeed, sums: dict[str, float],
@@ -349,7 +366,14 @@ def update_metrics(cfg: PPOConfig, run: Run, upd: Update, feed: EpisodeFeed, sum
     n_samples = len(upd.flat)
     feed.counters["env_steps"] += n_samples
     feed.counters["episodes_done"] += len(upd.finished)
+    sums = dict(sums)
+    epoch_counts: dict[str, float] = sums.pop("epoch_counts", {})  # type: ignore[assignment]
     metrics = rl_common.ppo_loss_metrics(sums, cfg.ratio)
+    # decoder input tokens (real and padded) of the scoring pass and of all epochs: with the phases'
+    # seconds, the tokens/s and achieved FLOP/s of the update (benchmarks/rl_speed.py)
+    for name, c in (("score", upd.score_counts), ("epoch", epoch_counts)):
+        metrics[f"train/{name}_tokens"] = c.get("tokens", 0.0)
+        metrics[f"train/{name}_padded_tokens"] = c.get("padded", 0.0)
     metrics.update(stats("rollout/step_reward", upd.rewards))
     metrics.update(stats("rollout/value", upd.values))
     metrics.update(stats("rollout/return", upd.returns))
@@ -370,7 +394,8 @@ def update_metrics(cfg: PPOConfig, run: Run, upd: Update, feed: EpisodeFeed, sum
     metrics.update({f"train/{k}_seconds": v for k, v in upd.seconds.items()})  # where the rollout went
     if grad_norms:
         metrics["train/grad_norm"] = float(np.mean(grad_norms))
-    return reduce_metrics(run.accelerator, metrics, sum_prefixes=("charts/", "train/samples_per_minute", "episodes/count"),
+    return reduce_metrics(run.accelerator, metrics, sum_prefixes=("charts/", "train/samples_per_minute", "episodes/count",
+                                                                 *TOKEN_METRICS),
                           weights={"episodes/": "episodes/count", "rewards/": "episodes/count"})
 
 
