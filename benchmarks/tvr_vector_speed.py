@@ -24,7 +24,8 @@ much of the 2 cores the env kept busy; llvmpipe spreads even one frame over its 
 
 Writes ``benchmarks/results/tvr_vector_speed-<machine>.json``: rows ``{device, width, height, num_envs,
 steps_per_s, env, readback, workers, cpu_ms_per_step, parent_cpu_ms_per_step, load_1m}`` (the single env's readback is always ``sync``), machine, date, commit, and the host memory of the vector
-env's frame buffers per 1,000 envs (on a GPU machine the GL framebuffers add ``MAX_BATCH_PIXELS`` worth).
+env's frame buffers per 1,000 envs, and the GL memory of each process's renderer (``gl_memory_per_process``:
+render targets, sized by the chunk of frames drawn at once, plus the uploaded scenes; neither grows with N).
 """
 
 from __future__ import annotations
@@ -173,6 +174,7 @@ def main() -> None:
 
         # (env, N, readback, workers): never more workers than envs, so k > N runs as k = N (duplicates dropped)
         workers = sorted(set(args.env_workers))
+        gl_memory: dict[str, dict[str, float]] = {}
         for w, h in sizes:
             configs = [("single", 1, "sync", 1)] + list(dict.fromkeys(
                 ("vector", n, mode, min(k, n)) for n in args.num_envs for mode in args.readback for k in workers))
@@ -197,6 +199,13 @@ def main() -> None:
                       f"({row['parent_cpu_ms_per_step']:.2f} in this process)  "
                       f"{row['cores_used']:.2f} cores  "
                       f"load {row['load_1m']:.1f}", flush=True)
+            # GL memory of this process's renderer at this size after its rows (the worker processes of
+            # k > 1 rows each hold their own): render targets sized by the chunk of frames, and the scenes
+            gl = render_service(w, h, cache_mb=0).backend.renderer.gpu_bytes()
+            gl_memory[f"{w}x{h}"] = {"targets_mib": gl["targets"] / 2**20, "scenes_mib": gl["scenes"] / 2**20,
+                                     "scenes": gl["scene_count"]}
+            print(f"  {w}x{h} GL memory: render targets {gl['targets'] / 2**20:.0f} MiB, {gl['scene_count']} scenes "
+                  f"{gl['scenes'] / 2**20:.0f} MiB (neither grows with N)", flush=True)
         if args.profile:
             profile_row(bench_dir, *sizes[0], args.profile, args.steps, Path(args.out), args.tag, device,
                         args.readback[0])
@@ -211,6 +220,8 @@ def main() -> None:
         "env_workers": workers,
         "bench": {"eval_tasks": len(ids), "houses": 2 * args.scenes},
         "vector_buffers_mb_per_1000_envs": {f"{w}x{h}": 2 * w * h * 3 * 1000 / 2**20 for w, h in sizes},
+        # GPU side, per process: counted from the GL objects' sizes (Renderer.gpu_bytes), independent of N
+        "gl_memory_per_process": gl_memory,
         "rows": rows,
     }
     write_results(args.out, "tvr_vector_speed", args.tag, result)

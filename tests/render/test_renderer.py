@@ -394,3 +394,25 @@ def test_two_renderers_in_one_process_do_not_interfere():
     assert np.array_equal(a.render(scene_a, [Camera(EYE, 0, 0)]), before)
     a.release(scene_a)
     a.close()
+
+
+def test_gpu_bytes_counts_targets_and_scenes(monkeypatch):
+    """``Renderer.gpu_bytes``: a scene is its vertex and index buffers plus its texture array with mipmaps;
+    the render target of a chunk is its RGBA8 layers and depth buffers, plus the two pack buffers once a
+    ``pbo`` readback has run; it does not grow with the number of frames rendered (the chunk is reused)."""
+    w, h = 40, 30
+    monkeypatch.setattr(renderer_module, "MAX_BATCH_PIXELS", w * h * 4)  # chunks of 4 frames
+    meshes = _boxes(((0, 1.5, 3), (0.5, 0.5, 0.5), RED, 1), ((0, 0, 0), (8, 0.1, 8), (0.5, 0.5, 0.5), 0))
+    with Renderer(w, h, readback="pbo") as r:
+        assert r.gpu_bytes() == {"targets": 0, "scenes": 0, "scene_count": 0}
+        scene = r.upload(meshes)
+        one = r.gpu_bytes()
+        # 1x1 white texture (no textures given): 3 bytes, mipmaps 4/3 (integer division)
+        assert one["scene_count"] == 1 and one["scenes"] == scene._vbo.size + scene._ibo.size + 4
+        r.render(scene, [Camera(EYE, yaw, 0) for yaw in range(0, 360, 30)])  # 12 frames: 3 chunks of 4
+        after = r.gpu_bytes()["targets"]
+        assert after == w * h * 4 * (4 + 4) + 2 * 4 * w * h * 4  # layers + depths, two pack buffers
+        r.render(scene, [Camera(EYE, yaw, 0) for yaw in range(0, 360, 10)])  # 36 frames: the same target
+        assert r.gpu_bytes()["targets"] == after
+        r.release(scene)
+        assert r.gpu_bytes()["scenes"] == 0

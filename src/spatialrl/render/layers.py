@@ -174,6 +174,15 @@ class LayerTarget:
         finally:
             g.glBindFramebuffer(GL_FRAMEBUFFER, 0)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of GL memory this target holds: the RGBA8 layers, a 32-bit depth buffer per layer, the
+        multisample buffers (colour + depth per sample) and, once made, the two pack buffers."""
+        frame = self.w * self.h
+        samples = sum(m.color_attachments[0].samples for m in self.msaa if m is not None)
+        return (frame * 4 * self.layers + frame * 4 * len(self.depth) + frame * 8 * samples
+                + len(self._packs) * self.layers * frame * 4)
+
     def begin(self, i: int, clear: tuple[float, float, float]) -> None:
         """Make frame ``i`` the draw target (its multisample framebuffer when there is one) and clear it."""
         msaa = self.msaa[i]

@@ -113,6 +113,14 @@ class Scene:
         self.bounds = bounds  # (2, 3) min/max corner of all geometry
         self.released = False
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of GL memory the scene holds: vertex and index buffers, and its texture array with mipmaps
+        (each level a quarter of the one above: 4/3 of the base level)."""
+        tex = self._textures
+        w, h, layers = tex.size
+        return self._vbo.size + self._ibo.size + (w * h * layers * tex.components * 4) // 3
+
     def release(self) -> None:
         """Free the GPU buffers (safe to call twice; ``Renderer.close`` releases every scene)."""
         if self.released:
@@ -203,6 +211,14 @@ class Renderer:
                       sum(m.n_triangles for m in meshes), len(textures), sky_cfg, lighting, bounds)
         self._scenes.append(scene)
         return scene
+
+    def gpu_bytes(self) -> dict[str, int]:
+        """GL memory this renderer allocated, by kind: ``targets`` (render targets and pack buffers, reused
+        for every chunk of frames: they grow with the chunk, not with the number of views), ``scenes``
+        (geometry and textures of the uploaded scenes) and ``scene_count``. Counted from the objects'
+        sizes, not asked of the driver (which adds its own overheads)."""
+        return {"targets": sum(t.nbytes for t in self._targets.values()),
+                "scenes": sum(sc.nbytes for sc in self._scenes), "scene_count": len(self._scenes)}
 
     def release(self, scene: Scene) -> None:
         """Free a scene's GPU memory (safe to call twice)."""
