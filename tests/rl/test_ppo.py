@@ -220,3 +220,20 @@ def test_ratio_and_warmup_options_are_checked():
         PPOConfig(ratio="tokens")
     with pytest.raises(ConfigError, match=r"critic_warmup: must be in \[0, updates=15\]"):
         PPOConfig(critic_warmup=16)
+
+
+def test_dropout_is_off_in_the_training_pass(tmp_path, tiny_model_dir, letter_suite):
+    """LoRA with dropout: once the adapters have moved (update 2), a training forward in train mode would
+    differ from the scoring pass by the dropout noise. With ``disable_dropout`` (the default) an update whose
+    forwards all precede its one optimiser step has ratio exactly 1; with the model's dropout kept it has not."""
+    over = {"updates": 2, "epochs": 1, "micro_batch_size": 4, "grad_accum": 4, "optim.lr": 5e-2,
+            "model.lora.enabled": True, "model.lora.r": 4, "model.lora.alpha": 8, "model.lora.dropout": 0.5,
+            "model.lora.merge_on_save": False}
+    kl = {}
+    for disable in (True, False):
+        cfg = ppo_config(tmp_path / str(disable), tiny_model_dir, **over, disable_dropout=disable)
+        train(cfg)
+        second = read_updates(cfg.output_dir)[2]
+        kl[disable] = (second["losses/approx_kl"], second["losses/ratio"])
+    assert kl[True][0] == pytest.approx(0.0, abs=1e-7) and kl[True][1] == pytest.approx(1.0, abs=1e-6)
+    assert kl[False][0] > 1e-5, kl

@@ -77,6 +77,13 @@ def _optimizer_offload_field() -> Any:
         "configs/accelerate/zero2_offload_*.yaml instead."))
 
 
+def _disable_dropout_field() -> Any:
+    return field(default=True, metadata=_help(
+        "Set every dropout of the policy to 0 (LoRA's lora_dropout included), as TRL's PPO/GRPO do: the ratio "
+        "compares a training forward with the scoring pass's eval-mode one, and dropout in the first is "
+        "noise in the ratio (and in the clipping). False keeps the model's dropout."))
+
+
 def _offload_master_field() -> Any:
     return field(default=True, metadata=_help(
         "With optimizer_offload: keep an fp32 master copy of the weights on the host (12 host bytes per "
@@ -162,6 +169,7 @@ class PPOConfig:
     time_budget_minutes: float = _time_budget_field()
     optimizer_offload: bool = _optimizer_offload_field()
     offload_master_weights: bool = _offload_master_field()
+    disable_dropout: bool = _disable_dropout_field()
     value_head_widths: list[int] = field(default_factory=lambda: [1024, 512],
                                          metadata=_help("Hidden widths of the value MLP (reference: 1024, 512)."))
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -255,6 +263,7 @@ class GRPOConfig:
     time_budget_minutes: float = _time_budget_field()
     optimizer_offload: bool = _optimizer_offload_field()
     offload_master_weights: bool = _offload_master_field()
+    disable_dropout: bool = _disable_dropout_field()
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=lambda: _rl_optim(lr=1e-6, eps=1e-8, max_grad_norm=1.0))
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=1.0, top_p=0.95, max_new_tokens=64))

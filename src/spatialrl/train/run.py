@@ -80,6 +80,7 @@ class Run:
             check_closed_loop_eval(cfg)
             self.out.mkdir(parents=True, exist_ok=True)
             atomic_write_json(self.out / "config.json", config_to_dict(cfg))
+        self.rl = rl
         if rl:
             refuse_sharded_rollouts(self.accelerator)
         self.world, self.rank = self.accelerator.num_processes, self.accelerator.process_index
@@ -120,6 +121,8 @@ class Run:
     def prepare(self, model: Any) -> tuple[Any, Any]:
         """AdamW over the trainable parameters of ``model`` (``make_optimizer``), both prepared by accelerate."""
         self.params_trainable, self.params_total = count_parameters(model)
+        if self.rl and getattr(self.cfg, "disable_dropout", False):
+            disable_dropout(model)
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.param_names, self.params = [n for n, _ in named], [p for _, p in named]
         optimizer = make_optimizer(self.accelerator, self.params, self.cfg)
@@ -345,6 +348,22 @@ class Run:
 
 
 # ------------------------------------------------------------------------------------------ helpers
+def disable_dropout(model: torch.nn.Module) -> int:
+    """Every ``nn.Dropout`` of ``model`` to p = 0 (peft's ``lora_dropout`` entries are ``nn.Dropout`` too) and
+    every attention module's ``attention_dropout`` rate (transformers' attention applies it functionally in
+    train mode), so train mode computes what eval mode does; returns how many were > 0."""
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout) and module.p > 0:
+            module.p = 0.0
+            changed += 1
+        rate = getattr(module, "attention_dropout", None)
+        if isinstance(rate, float) and rate > 0:
+            module.attention_dropout = 0.0
+            changed += 1
+    return changed
+
+
 def make_optimizer(accelerator: Any, params: list[torch.nn.Parameter], cfg: Any) -> torch.optim.Optimizer:
     """AdamW over ``params`` from ``cfg.optim``; in CPU memory when ``cfg.optimizer_offload`` (RL configs)."""
     from accelerate.utils import DistributedType
