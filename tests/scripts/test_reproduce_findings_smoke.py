@@ -11,8 +11,8 @@ the rows it produced, not just the exit status.
 from __future__ import annotations
 
 import json
-import tarfile
 import re
+import tarfile
 from pathlib import Path
 
 import pytest
