@@ -39,7 +39,11 @@
 #          retry sample: the recipe of the eighth 2026-12-05 session's CPU continuation (docs/training.md);
 #          the arm virl-dagger adds roll-in shards (virld-*: the shipped model's own mistakes as retries);
 #          VIRL_NOTEXT=n (default 0): the last n cities' episodes with the vision-required prompt
-#          (intersection_in_text=false), so the model also works where the text does not name intersections
+#          (intersection_in_text=false), so the model also works where the text does not name intersections;
+#          VIRL_GRID (224): the grid size of every V-IRL sample and eval (the model records it). The misses
+#          left are destination calls from 112-px views where shop names are not legible (fourteenth
+#          session): a larger grid (448) needs panoramas with the pixels, CITY_ARGS='--pano-width 2048'
+#          (a 90-degree view of a 512-px panorama is 128 px wide)
 #   TVR    NBENCH benches (seeds 101..; sft split only; TVR_SCENES houses each: 100 since the second
 #          2026-12-05 session, 40 before — unseen houses are what a frame-reading policy lacked, issue 19)
 #          → action-only data from a noisy expert
@@ -79,7 +83,7 @@ if [ "$SMOKE" = 1 ]; then
   NCITY=${NCITY:-2}; CITY_ROUTES=${CITY_ROUTES:-4}; VIRL_EPISODES=${VIRL_EPISODES:-4}; NBENCH=${NBENCH:-2}
   TVR_SFT=${TVR_SFT:-4}; TVR_SCENES=${TVR_SCENES:-1}; TRAIN_END_S=${TRAIN_END_S:-100000}; BUDGET_MIN=${BUDGET_MIN:-0.2}
   VAL_ROUTES=${VAL_ROUTES:-4}; VAL_EVERY=${VAL_EVERY:-2}; VAL_SAMPLES=${VAL_SAMPLES:-8}; VAL_SAMPLES_VA=${VAL_SAMPLES_VA:-4}
-  EVAL_TVR=${EVAL_TVR:-4}; VAL_TVR=${VAL_TVR:-4}; EVAL_VIRL=${EVAL_VIRL:-2}; EVAL_ROUTES=${EVAL_ROUTES:-4}; W=112; H=64; GRID=112
+  EVAL_TVR=${EVAL_TVR:-4}; VAL_TVR=${VAL_TVR:-4}; EVAL_VIRL=${EVAL_VIRL:-2}; EVAL_ROUTES=${EVAL_ROUTES:-4}; W=112; H=64; GRID=${VIRL_GRID:-112}
   TRAIN_EXTRA=(--model.path=preset:tiny "--model.preset_overrides={}" --data.num_workers=0 --logging.every=1)
   BS_VIRL=2; BS_AO=4; BS_VA=2; PROBE_STATES=${PROBE_STATES:-8}; MIN_TRAIN_S=${MIN_TRAIN_S:-10}; MIN_COMPILE_S=${MIN_COMPILE_S:-10}
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # the arms' trainers share a few CPU cores: one thread each
@@ -88,7 +92,7 @@ else
   NCITY=${NCITY:-8}; CITY_ROUTES=${CITY_ROUTES:-200}; VIRL_EPISODES=${VIRL_EPISODES:-600}; NBENCH=${NBENCH:-8}
   TVR_SFT=${TVR_SFT:-600}; TVR_SCENES=${TVR_SCENES:-100}; TRAIN_END_S=${TRAIN_END_S:-560}; BUDGET_MIN=${BUDGET_MIN:-7}
   VAL_ROUTES=${VAL_ROUTES:-60}; VAL_EVERY=${VAL_EVERY:-500}; VAL_SAMPLES=${VAL_SAMPLES:-256}; VAL_SAMPLES_VA=${VAL_SAMPLES_VA:-32}
-  EVAL_TVR=${EVAL_TVR:-200}; VAL_TVR=${VAL_TVR:-100}; EVAL_VIRL=${EVAL_VIRL:-120}; EVAL_ROUTES=${EVAL_ROUTES:-400}; W=280; H=168; GRID=224
+  EVAL_TVR=${EVAL_TVR:-200}; VAL_TVR=${VAL_TVR:-100}; EVAL_VIRL=${EVAL_VIRL:-120}; EVAL_ROUTES=${EVAL_ROUTES:-400}; W=280; H=168; GRID=${VIRL_GRID:-224}
   # per-update batch of each kind of arm. The 8.0M action-only model at 128 ran ~1,000 samples/s while the
   # other arms were still compiling and ~450 with four arms side by side (H100, 2026-12-05, sixth session):
   # whether BS_AO=512 runs more samples per second is the next run's measurement
