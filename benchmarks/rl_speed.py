@@ -148,7 +148,11 @@ def run_grpo(args, model, processor, data, out, offload) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    from rollout_throughput import MODELS  # a sibling script: benchmarks/ is on sys.path
+    from rollout_throughput import (  # a sibling script: benchmarks/ is on sys.path
+        MODELS,
+        measure_gpu,
+        param_split,
+    )
 
     ap.add_argument("--model", default="llama11b-random", choices=MODELS)
     ap.add_argument("--device", default=None, help="cuda (default when available) or cpu")
@@ -202,8 +206,6 @@ def main() -> None:
               "torch": torch.__version__, "args": vars(args),
               "seed_ppo_samples_per_min_8xH800": SEED_PPO_SAMPLES_PER_MIN, "target_11b_ppo_samples_per_min": TARGET_11B}
     if args.device != "cpu":  # the card's own dense bf16 matmul rate, for the epochs' achieved share
-        from rollout_throughput import measure_gpu
-
         header["limit"] = measure_gpu(args.device)
     tmp = Path(tempfile.mkdtemp(prefix="rl-speed-"))
     data = write_dataset(tmp / "city", random_routes(16, seed=0), pano_size=(1024, 512))
@@ -230,8 +232,6 @@ def main() -> None:
             except torch.OutOfMemoryError as e:
                 row = {"algo": algo, "offload": offload == "cpu", "error": f"out of memory: {str(e)[:200]}"}
             if algo == "ppo":
-                from rollout_throughput import param_split
-
                 row["score_train_tflops_est"] = score_train_tflops(row, param_split(model), lora_r > 0)
             row.update(params=params, vision_cache_mb=cache_mb, kv_cache=kv, lora_r=lora_r, merge_lora=args.merge, minibatch_size=mb,
                        shuffle=order if algo == "ppo" else None)

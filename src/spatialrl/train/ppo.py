@@ -353,11 +353,9 @@ def optimise(cfg: PPOConfig, run: Run, flat: list[Sample], head: Any, turns: Tur
                     sums["entropy"] += float(entropy.detach().sum())
         if say:
             say(f"epoch {epoch + 1}/{cfg.epochs} done at {time.perf_counter() - t0:.1f} s")
-    sums["epoch_counts"] = counts  # type: ignore[assignment]  # popped by update_metrics
+    # the epochs' decoder input tokens, taken out of the loss sums by update_metrics
+    sums["epoch_tokens"], sums["epoch_padded_tokens"] = counts.get("tokens", 0.0), counts.get("padded", 0.0)
     return sums, grad_norms
-
-
-TOKEN_METRICS = ("train/score_tokens", "train/score_padded_tokens", "train/epoch_tokens", "train/epoch_padded_tokens")
 
 
 def update_metrics(cfg: PPOConfig, run: Run, upd: Update, feed: EpisodeFeed, sums: dict[str, float],
@@ -367,13 +365,13 @@ def update_metrics(cfg: PPOConfig, run: Run, upd: Update, feed: EpisodeFeed, sum
     feed.counters["env_steps"] += n_samples
     feed.counters["episodes_done"] += len(upd.finished)
     sums = dict(sums)
-    epoch_counts: dict[str, float] = sums.pop("epoch_counts", {})  # type: ignore[assignment]
-    metrics = rl_common.ppo_loss_metrics(sums, cfg.ratio)
     # decoder input tokens (real and padded) of the scoring pass and of all epochs: with the phases'
     # seconds, the tokens/s and achieved FLOP/s of the update (benchmarks/rl_speed.py)
-    for name, c in (("score", upd.score_counts), ("epoch", epoch_counts)):
-        metrics[f"train/{name}_tokens"] = c.get("tokens", 0.0)
-        metrics[f"train/{name}_padded_tokens"] = c.get("padded", 0.0)
+    token_metrics = {"train/epoch_tokens": sums.pop("epoch_tokens"),
+                     "train/epoch_padded_tokens": sums.pop("epoch_padded_tokens"),
+                     "train/score_tokens": upd.score_counts.get("tokens", 0.0),
+                     "train/score_padded_tokens": upd.score_counts.get("padded", 0.0)}
+    metrics = {**rl_common.ppo_loss_metrics(sums, cfg.ratio), **token_metrics}
     metrics.update(stats("rollout/step_reward", upd.rewards))
     metrics.update(stats("rollout/value", upd.values))
     metrics.update(stats("rollout/return", upd.returns))
@@ -395,7 +393,7 @@ def update_metrics(cfg: PPOConfig, run: Run, upd: Update, feed: EpisodeFeed, sum
     if grad_norms:
         metrics["train/grad_norm"] = float(np.mean(grad_norms))
     return reduce_metrics(run.accelerator, metrics, sum_prefixes=("charts/", "train/samples_per_minute", "episodes/count",
-                                                                 *TOKEN_METRICS),
+                                                                 *token_metrics),
                           weights={"episodes/": "episodes/count", "rewards/": "episodes/count"})
 
 

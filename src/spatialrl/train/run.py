@@ -121,7 +121,7 @@ class Run:
     def prepare(self, model: Any) -> tuple[Any, Any]:
         """AdamW over the trainable parameters of ``model`` (``make_optimizer``), both prepared by accelerate."""
         self.params_trainable, self.params_total = count_parameters(model)
-        if self.rl and getattr(self.cfg, "disable_dropout", False):
+        if self.rl and self.cfg.disable_dropout:  # PPO and GRPO configs
             disable_dropout(model)
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.param_names, self.params = [n for n, _ in named], [p for _, p in named]
