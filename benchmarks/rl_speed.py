@@ -76,6 +76,8 @@ def common_overrides(args: argparse.Namespace, data: Path, out: Path, offload: b
         "sampling.max_new_tokens": args.new_tokens, "sampling.top_p": 1.0,
         "task.name": "virl", "task.data": str(data), "task.max_tokens": 32768,
         "task.options": {"mode": "vl", "grid_size": args.grid_size, "episodes": 4096, "seed": 42},
+        # the update before the reported one: the profiler's overhead stays out of the reported timings
+        "profile_update": args.updates - 1 if args.profile else 0,
     }
 
 
@@ -110,7 +112,18 @@ def run_ppo(args, model, processor, data, out, offload) -> dict[str, Any]:
                                                    "train/epoch_tokens", "train/epoch_padded_tokens")},
             **{k.split("/")[1]: r[k] for k in ("train/generate_seconds", "train/env_seconds", "train/tokenize_seconds")},
             "num_envs": args.num_envs, "ppo_epochs": args.ppo_epochs, "minibatch_size": args.mb, "grad_accum": args.accum,
-            "shuffle": args.order}
+            "shuffle": args.order, "profile": profile_of(out, args)}
+
+
+def profile_of(run: Path, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The profiled update's summary (``train/profiling.py``): kernel time by kind, busy share, top 8."""
+    import json
+
+    if not args.profile:
+        return None
+    summary = json.loads((run / f"profile-update-{args.updates - 1}.json").read_text())
+    return {**{k: summary[k] for k in ("update", "timed", "wall_seconds", "busy_seconds", "busy_share", "calls",
+                                       "by_kind")}, "top": summary["top"][:8]}
 
 
 def score_train_tflops(row: dict[str, Any], split: dict[str, int], frozen_base: bool) -> float | None:
@@ -143,7 +156,8 @@ def run_grpo(args, model, processor, data, out, offload) -> dict[str, Any]:
             "rollout_seconds": r["train/rollout_seconds"], "trajectories": r["rollout/trajectories"],
             "env_steps_per_update": r["episodes/length_mean"] * r["rollout/trajectories"],  # length = turns
             "policy_tokens": r["losses/policy_tokens"], "wall_seconds": time.perf_counter() - t0,
-            **{k.split("/")[1]: r[k] for k in ("train/generate_seconds", "train/env_seconds", "train/tokenize_seconds")}}
+            **{k.split("/")[1]: r[k] for k in ("train/generate_seconds", "train/env_seconds", "train/tokenize_seconds")},
+            "profile": profile_of(out, args)}
 
 
 def main() -> None:
@@ -189,8 +203,13 @@ def main() -> None:
                     help="with --lora: sample rollouts from a merged copy (sampling.merge_lora) per row")
     ap.add_argument("--no-master", action="store_true",
                     help="with --offload cpu: no fp32 master copy on the host (offload_master_weights=false)")
+    ap.add_argument("--profile", action="store_true",
+                    help="torch.profiler over the scoring and training passes of update --updates - 1 (needs "
+                         "--updates >= 3: the first warms up, the last is reported unprofiled); kernel time by kind")
     ap.add_argument("--out", default=None, help="result JSON (default benchmarks/results/rl_speed-<model>-<machine>.json)")
     args = ap.parse_args()
+    if args.profile and args.updates < 3:
+        ap.error("--profile needs --updates >= 3 (warm-up, profiled, reported)")
 
     import torch
 
@@ -261,6 +280,15 @@ def main() -> None:
               f"{r['env_seconds']:>5.1f} {r['tokenize_seconds']:>8.1f} {r.get('score_train_seconds', 0.0):>11.1f} "
               f"{r.get('peak_gpu_gib', 0.0):>9.1f} {r.get('samples_per_conversation') or 0.0:>12.2f} "
               f"{r.get('epoch_tokens') or 0:>12,.0f} {r.get('score_train_tflops_est') or 0.0:>11.2f}")
+    for r in rows:
+        if r.get("profile"):
+            p = r["profile"]
+            kinds = ", ".join(f"{k} {v:.2f} s" for k, v in p["by_kind"].items())
+            print(f"profile of update {p['update']} ({r['algo']}, mb {r['minibatch_size']}): {p['timed']} "
+                  f"{p['busy_seconds']:.1f} s of {p['wall_seconds']:.1f} s wall ({100 * (p['busy_share'] or 0):.0f}%), "
+                  f"{p['calls']:,} calls; {kinds}")
+            for t in p["top"][:5]:
+                print(f"    {t['seconds']:8.2f} s {t['calls']:>8,} × [{t['kind']}] {t['name'][:90]}")
     if "limit" in header:
         print(f"this card's dense bf16 matmul rate: {header['limit']['matmul_tflops']:.0f} TFLOP/s (TFLOP/s est: "
               "the scoring pass + epochs, decoder matmuls of the real tokens only; see score_train_tflops)")

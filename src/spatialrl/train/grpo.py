@@ -54,6 +54,7 @@ from spatialrl.train.expert_states import (
 from spatialrl.train.merged_rollout import merged_rollout, rollout_model
 from spatialrl.train.metrics import episode_metrics, reduce_metrics, reward_component_metrics
 from spatialrl.train.policy_ops import collate_inputs, sample_segments, score_tokens
+from spatialrl.train.profiling import profile_window
 from spatialrl.train.rl_common import adopt_model_image_sizes, answer_metrics
 from spatialrl.train.rl_config import GatedRewardConfig, GRPOConfig
 from spatialrl.train.run import Run
@@ -352,12 +353,14 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
         # 3. old-policy and reference log-probs
         scored = seqs if seqs else filler
         vision = scoring_vision(vision_cache, model, unwrapped)  # the same for old log-probs and training
-        fill_logprobs(unwrapped, turns, scored, cfg.micro_batch_size, sampling.temperature, "old_logp", acc, vision)
-        if cfg.kl_coef > 0:
-            reference_logprobs(cfg, run, reference, turns, scored)
+        with profile_window(cfg.profile_update == update + 1, run.out, update + 1, acc.device, acc.is_main_process):
+            fill_logprobs(unwrapped, turns, scored, cfg.micro_batch_size, sampling.temperature, "old_logp", acc,
+                          vision)
+            if cfg.kl_coef > 0:
+                reference_logprobs(cfg, run, reference, turns, scored)
 
-        # 4. policy update
-        sums, grad_norms, lr = optimise(cfg, run, seqs, filler, turns, update, vision)
+            # 4. policy update
+            sums, grad_norms, lr = optimise(cfg, run, seqs, filler, turns, update, vision)
         update += 1
 
         # 5. metrics (averaged over processes, counters summed), evaluation, checkpoint

@@ -56,6 +56,7 @@ from spatialrl.train.common import list_checkpoints, prepare_trainable
 from spatialrl.train.merged_rollout import merged_rollout, rollout_model
 from spatialrl.train.metrics import episode_metrics, reduce_metrics, reward_component_metrics, stats
 from spatialrl.train.policy_ops import collate_inputs, sample_segments, score_tokens, token_char_ends
+from spatialrl.train.profiling import profile_window
 from spatialrl.train.rl_config import PPOConfig
 from spatialrl.train.run import Run
 from spatialrl.train.safe_state import load_state, state_bytes
@@ -469,14 +470,15 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
             upd = collect(cfg, feed, rollout_model(merged, unwrapped), sampling, generator, vision_cache, say)
         # 2. score; 3. GAE
         vision = scoring_vision(vision_cache, model, unwrapped)  # the same for scoring and training
-        with acc.autocast():
-            next_value = score(cfg, run, upd, unwrapped, head, turns, pool, vision)
-        if say:
-            say(f"scored {len(upd.flat)} steps in {time.perf_counter() - t0 - upd.t_collect:.1f} s")
-        advantages(cfg, upd, next_value)
-        # 4. PPO epochs
-        lr = run.set_lr(update / period, 1.0 / period)
-        sums, grad_norms = optimise(cfg, run, upd.flat, head, turns, update, vision, say, t0)
+        with profile_window(cfg.profile_update == update + 1, out, update + 1, acc.device, acc.is_main_process):
+            with acc.autocast():
+                next_value = score(cfg, run, upd, unwrapped, head, turns, pool, vision)
+            if say:
+                say(f"scored {len(upd.flat)} steps in {time.perf_counter() - t0 - upd.t_collect:.1f} s")
+            advantages(cfg, upd, next_value)
+            # 4. PPO epochs
+            lr = run.set_lr(update / period, 1.0 / period)
+            sums, grad_norms = optimise(cfg, run, upd.flat, head, turns, update, vision, say, t0)
         update += 1
         # 5. metrics, eval, checkpoint
         last = update_metrics(cfg, run, upd, feed, sums, grad_norms, lr, t0, vision_cache, suite)

@@ -84,6 +84,13 @@ def _disable_dropout_field() -> Any:
         "noise in the ratio (and in the clipping). False keeps the model's dropout."))
 
 
+def _profile_update_field() -> Any:
+    return field(default=0, metadata=_help(
+        "Profile update K's scoring and training passes (not the rollout) with torch.profiler and write "
+        "profile-update-K.json/.txt into the run folder: kernel time by kind, busy share, top kernels "
+        "(train/profiling.py). 0 = off. The profiled update itself runs slower."))
+
+
 def _offload_master_field() -> Any:
     return field(default=True, metadata=_help(
         "With optimizer_offload: keep an fp32 master copy of the weights on the host (12 host bytes per "
@@ -170,6 +177,7 @@ class PPOConfig:
     optimizer_offload: bool = _optimizer_offload_field()
     offload_master_weights: bool = _offload_master_field()
     disable_dropout: bool = _disable_dropout_field()
+    profile_update: int = _profile_update_field()
     value_head_widths: list[int] = field(default_factory=lambda: [1024, 512],
                                          metadata=_help("Hidden widths of the value MLP (reference: 1024, 512)."))
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -264,6 +272,7 @@ class GRPOConfig:
     optimizer_offload: bool = _optimizer_offload_field()
     offload_master_weights: bool = _offload_master_field()
     disable_dropout: bool = _disable_dropout_field()
+    profile_update: int = _profile_update_field()
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=lambda: _rl_optim(lr=1e-6, eps=1e-8, max_grad_norm=1.0))
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=1.0, top_p=0.95, max_new_tokens=64))
@@ -292,6 +301,8 @@ def _positive(cfg: Any, *names: str) -> None:
 
 
 def _check_common(cfg: Any) -> None:
+    if cfg.profile_update < 0:
+        raise ConfigError(f"profile_update: an update number >= 1, or 0 for off; got {cfg.profile_update}")
     if not cfg.time_budget_minutes >= 0:
         raise ConfigError(f"time_budget_minutes: must be >= 0, got {cfg.time_budget_minutes}")
     if cfg.checkpoint.keep_last < 1:
