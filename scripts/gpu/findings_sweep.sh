@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Choose the findings' PPO settings on VALIDATION cities (issue 20's rule: never on the eval cities).
 #
-# Runs reproduce_findings.sh once per setting of SETTINGS ("lr:temperature ...", default the recipe's
-# 1e-5:0.2 beside 1e-5:1.0, 1e-4:0.2, 1e-4:1.0), side by side on one GPU: PPO only (VIRL_ARMS=ppo), one
+# Runs reproduce_findings.sh once per setting of SETTINGS ("lr:temperature[:lr_steps] ...", default the
+# recipe's 1e-5:0.2 beside 1e-5:1.0, 1e-4:0.2, 1e-4:1.0; lr_steps is PPO's cosine period lr_max_steps, the
+# recipe's 20 when left out: at 20 the lr reaches its floor by update 20), side by side on one GPU: PPO only (VIRL_ARMS=ppo), one
 # seed, the same TRAIN_MIN budget each, over inputs built once (DATA_DIR), every evaluation on the
 # validation cities (VALIDATION=1: metro seed 9 for in-dist / rule-OOD, hillside seed 10 for visual-OOD;
 # EVAL_VIRL episodes each). The SFT init is evaluated there too, as the baseline — once per setting (each
@@ -38,9 +39,16 @@ rmdir "$OUT/logs" 2>/dev/null
 [ "$SMOKE" = 1 ] && TRAIN_MIN=${TRAIN_MIN:-0.3} || TRAIN_MIN=${TRAIN_MIN:-9}
 export VALIDATION=1 VIRL_ARMS=ppo ARMS=virl SEEDS=0 DATA_DIR=$SWEEP/data TRAIN_MIN SMOKE
 for s in $SETTINGS; do
-  [[ $s =~ ^[0-9.e+-]+:[0-9.]+$ ]] || { echo "SETTINGS: lr:temperature entries, got '$s'" >&2; exit 2; }
+  [[ $s =~ ^[0-9.e+-]+:[0-9.]+(:[1-9][0-9]*)?$ ]] \
+    || { echo "SETTINGS: lr:temperature[:lr_steps] entries, got '$s'" >&2; exit 2; }
 done
-name_of() { echo "lr${1%%:*}-t${1##*:}"; }
+field() {  # setting index (1 lr, 2 temperature, 3 lr_steps: empty when left out)
+  local IFS=:; local -a f; read -ra f <<< "$1"; echo "${f[$(($2 - 1))]:-}"
+}
+name_of() {
+  local steps; steps=$(field "$1" 3)
+  echo "lr$(field "$1" 1)-t$(field "$1" 2)${steps:+-s$steps}"
+}
 
 pack() {
   local p=$SWEEP/pack name
@@ -60,7 +68,7 @@ trap 'stamp "SIGTERM: stopping"; exit 143' TERM
 one() {  # setting stage: one reproduce_findings.sh command of that setting (its own WORK, OUT and clock)
   local name; name=$(name_of "$1")
   mkdir -p "$SWEEP/out/$name"
-  PPO_LR=${1%%:*} PPO_TEMP=${1##*:} STAGE=$2 WORK=$SWEEP/$name OUT=$SWEEP/out/$name T0=$T0 \
+  PPO_LR=$(field "$1" 1) PPO_TEMP=$(field "$1" 2) PPO_LR_STEPS=$(field "$1" 3) STAGE=$2 WORK=$SWEEP/$name OUT=$SWEEP/out/$name T0=$T0 \
     bash "$ROOT/scripts/gpu/reproduce_findings.sh" > "$SWEEP/out/$name/stdout.log" 2>&1
   stamp "$name $2: $(grep -E 'paused|trained|FAILED|findings written|not complete' "$SWEEP/out/$name/timeline.txt" | tail -n 1)"
 }
@@ -91,15 +99,16 @@ print("PPO settings on the validation cities (metro 9 in-dist / rule-OOD, hillsi
 print("| setting | visual-OOD | in-dist | rule-OOD | GPU-s | env steps |\n|---|---|---|---|---:|---:|")
 init = None
 for s in settings:
-    lr, temp = s.split(":")
-    name = f"lr{lr}-t{temp}"
+    lr, temp, *steps = s.split(":")
+    name = f"lr{lr}-t{temp}" + (f"-s{steps[0]}" if steps else "")
+    label = f"lr {lr}, T {temp}" + (f", cosine over {steps[0]} updates" if steps else "")
     f = sweep / "out" / name / "findings.json"
     if not f.is_file():
-        print(f"| lr {lr}, T {temp} | not evaluated | | | | |")
+        print(f"| {label} | not evaluated | | | | |")
         continue
     cell = cells(f)
     any_row = next(iter(cell.values()))
-    print(f"| lr {lr}, T {temp} | {fmt(cell, 'visual-ood')} | {fmt(cell, 'in-dist')} | {fmt(cell, 'rule-ood')} "
+    print(f"| {label} | {fmt(cell, 'visual-ood')} | {fmt(cell, 'in-dist')} | {fmt(cell, 'rule-ood')} "
           f"| {any_row.get('gpu_seconds_mean') or 0:.0f} | {any_row.get('samples_mean') or 0:.0f} |")
     init = init or sweep / name / "findings" / "findings-init.json"
 if init and init.is_file():

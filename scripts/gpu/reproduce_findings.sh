@@ -77,7 +77,8 @@
 # budget over several STAGE=train commands), PAUSE_S (a paused run's seconds to save, 60),
 # END_S (every child is stopped by then, 550), RL_DTYPE (auto), WORK. V-IRL: EVAL_VIRL, VISION_REQUIRED,
 # RATIO, TOKEN_ARM, CRITIC_WARMUP, PPO_SHUFFLE (samples | episodes), PPO_MB, INIT_VIRL, PPO_LR (1e-5, the
-# recipe's), PPO_TEMP (0.2, the recipe's), VIRL_ARMS ("ppo sft-more"), VALIDATION (1: evaluate on the
+# recipe's), PPO_TEMP (0.2, the recipe's), PPO_LR_STEPS (the cosine period lr_max_steps in updates, 20: the
+# recipe's; empty = 20), VIRL_ARMS ("ppo sft-more"), VALIDATION (1: evaluate on the
 # validation cities, to choose settings), DATA_DIR (inputs shared by several WORKs), SFT_LR (1e-4), PPO_UPDATES (a cap, 100:
 # the time budget ends the run), IN_EVAL, PPO_EVAL_EVERY (2), SFT_EVAL_EVERY (150), VIRL_EPISODES (expert
 # episodes for sft-more, 1000), EVAL_BATCH. TVR: EVAL_TVR (200), IN_EVAL_TVR (8), GRPO_LR (1e-4),
@@ -166,6 +167,7 @@ case "$PPO_SHUFFLE" in
 esac
 PPO_LR=${PPO_LR:-1e-5}; SFT_LR=${SFT_LR:-1e-4}; PPO_UPDATES=${PPO_UPDATES:-100}; RL_DTYPE=${RL_DTYPE:-auto}
 PPO_TEMP=${PPO_TEMP:-0.2}   # PPO's sampling temperature (the recipe's, SFTvsRL's 0.2)
+PPO_LR_STEPS=${PPO_LR_STEPS:-20}  # PPO's cosine period (lr_max_steps, SFTvsRL's 20): the lr is at its floor after it
 VIRL_ARMS=${VIRL_ARMS:-ppo sft-more}
 for a in $VIRL_ARMS; do [ "$a" = ppo ] || [ "$a" = sft-more ] || { echo "VIRL_ARMS: ppo and/or sft-more, got $a" >&2; exit 2; }; done
 # VALIDATION=1: every evaluation (in-training and final) on the validation cities, metro seed 9 and hillside
@@ -205,7 +207,7 @@ trap 'stamp "SIGTERM: stopping"; exit 143' TERM
 left() { echo $(( END_S - $(elapsed) > 10 ? END_S - $(elapsed) : 10 )); }
 stamp "stage=$STAGE arms=$ARMS smoke=$SMOKE work=$WORK seeds='$SEEDS' (parallel $SEED_PARALLEL) init=$INIT_VIRL" \
   "vision_required=$VISION_REQUIRED ratio=$RATIO critic_warmup=$CRITIC_WARMUP lr ppo=$PPO_LR sft=$SFT_LR grpo=$GRPO_LR cot=$COT_LR" \
-  "ppo temperature=$PPO_TEMP virl arms='$VIRL_ARMS' validation=$VALIDATION data=$D"
+  "ppo temperature=$PPO_TEMP lr_steps=$PPO_LR_STEPS virl arms='$VIRL_ARMS' validation=$VALIDATION data=$D"
 machine_line >> "$OUT/timeline.txt" 2>&1
 
 # ------------------------------------------------------------------------------------------- inputs
@@ -282,7 +284,7 @@ train_arm() {  # arm seed minutes
           --seed=$((42 + seed)) --task.data="$CITY"
           "--task.options={split: in-dist, mode: vl, grid_size: $GRID, verify_iter: 2, seed: $((42 + seed)), episodes: 4096, intersection_in_text: $IIT}"
           --ratio="$ratio" --critic_warmup="$CRITIC_WARMUP" --updates="$PPO_UPDATES" --optim.lr="$PPO_LR"
-          --shuffle="$PPO_SHUFFLE" --sampling.temperature="$PPO_TEMP"
+          --shuffle="$PPO_SHUFFLE" --sampling.temperature="$PPO_TEMP" --lr_max_steps="$PPO_LR_STEPS"
           --checkpoint.every=0 --eval.every="$PPO_EVAL_EVERY" "${args[@]}" "${PPO_SIZE[@]}")
   else
     args=(sft "$ROOT/configs/sft/virl_small.yaml" --model.path="$INIT_VIRL" "--model.preset_overrides={}"

@@ -137,22 +137,23 @@ def test_virl_budget_longer_than_a_command_pauses_and_resumes(tmp_path):
 
 @pytest.mark.slow
 def test_validation_sweep_runs_each_ppo_setting_on_the_validation_cities(tmp_path):
-    """scripts/gpu/findings_sweep.sh: PPO settings (lr:temperature) side by side, each a reproduce_findings.sh
+    """scripts/gpu/findings_sweep.sh: PPO settings (lr:temperature[:lr_steps]) side by side, each a reproduce_findings.sh
     with VALIDATION=1 VIRL_ARMS=ppo over inputs built once (DATA_DIR, STAGE=inputs): no SFT data, every
     evaluation on the validation cities (metro 9, hillside 10), and one table row per setting and the init."""
     sweep, out = tmp_path / "sweep", tmp_path / "out"
-    timeline = rehearse("findings_sweep.sh", out, {"STAGE": "all", "SWEEP": str(sweep), "SETTINGS": "1e-5:0.2 3e-5:0.7"},
+    timeline = rehearse("findings_sweep.sh", out, {"STAGE": "all", "SWEEP": str(sweep), "SETTINGS": "1e-5:0.2 3e-5:0.7:60"},
                         drop=("TRAIN_MIN", "EVAL_VIRL", "IN_EVAL", "INIT_VIRL", "PPO_SHUFFLE", "TOKEN_ARM", "DATA_DIR",
-                              "VALIDATION", "VIRL_ARMS", "PPO_LR", "PPO_TEMP", "SEEDS", "ARMS"), timeout=900)
+                              "VALIDATION", "VIRL_ARMS", "PPO_LR", "PPO_TEMP", "PPO_LR_STEPS", "SEEDS", "ARMS"), timeout=900)
     assert "sweep table written" in timeline and "FAILED" not in timeline, timeline
     inputs = (sweep / "out" / "inputs" / "timeline.txt").read_text()
     assert "city city-val built (metro, seed 9" in inputs and "city city-val-hillside built (hillside, seed 10" in inputs
     assert not (sweep / "data" / "virl-sft-more").exists() and not (sweep / "data" / "city-eval").exists()
-    for name, lr, temp in (("lr1e-5-t0.2", 1e-5, 0.2), ("lr3e-5-t0.7", 3e-5, 0.7)):
+    for name, lr, temp, steps in (("lr1e-5-t0.2", 1e-5, 0.2, 20), ("lr3e-5-t0.7-s60", 3e-5, 0.7, 60)):
         work = sweep / name
         assert "] city " not in (sweep / "out" / name / "timeline.txt").read_text()  # the shared inputs
         config = json.loads((work / "runs" / "ppo-s0" / "config.json").read_text())
         assert config["sampling"]["temperature"] == temp and config["optim"]["lr"] == lr
+        assert config["lr_max_steps"] == steps  # the third field, the recipe's 20 when left out
         assert Path(config["eval"]["data"]).name == "city-val"
         assert Path(config["eval"]["options"]["visual_data"]).name == "city-val-hillside"
         for label in ("ppo-s0", "sft-init"):
@@ -164,11 +165,12 @@ def test_validation_sweep_runs_each_ppo_setting_on_the_validation_cities(tmp_pat
         assert "evaluated on VALIDATION cities (metro 9, hillside 10)" in spec and "sft-more" not in spec, spec
     table = (out / "sweep.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("| lr ") or line.startswith("| SFT init")]
-    assert [r.split("|")[1].strip() for r in rows] == ["lr 1e-5, T 0.2", "lr 3e-5, T 0.7", "SFT init (no PPO)"], table
+    assert [r.split("|")[1].strip() for r in rows] == ["lr 1e-5, T 0.2", "lr 3e-5, T 0.7, cosine over 60 updates",
+                                                       "SFT init (no PPO)"], table
     assert all("not evaluated" not in r and "[" in r for r in rows[:2]), table
     with tarfile.open(out / "sweep.tar.gz") as tar:  # each setting's runs, evals and findings (init included)
         names = set(tar.getnames())
-    for name in ("lr1e-5-t0.2", "lr3e-5-t0.7"):
+    for name in ("lr1e-5-t0.2", "lr3e-5-t0.7-s60"):
         for member in ("runs/ppo-s0/metrics.jsonl", "eval/sft-init/metrics.json", "findings/findings-init.json",
                        "findings.json", "timeline.txt"):
             assert f"./{name}/{member}" in names, (name, member, sorted(names))
