@@ -40,7 +40,8 @@
 #          the arm virl-dagger adds roll-in shards (virld-*: the shipped model's own mistakes as retries);
 #          VIRL_NOTEXT=n (default 0): the last n cities' episodes with the vision-required prompt
 #          (intersection_in_text=false), so the model also works where the text does not name intersections;
-#          VIRL_GRID (224): the grid size of every V-IRL sample and eval (the model records it). The misses
+#          VIRL_GRID (224): the grid size of every V-IRL sample and eval (the model records it; when set, the
+#          V-IRL arms' processor bound follows it, model.max_pixels = VIRL_GRID², see init_args). The misses
 #          left are destination calls from 112-px views where shop names are not legible (fourteenth
 #          session): a larger grid (448) needs panoramas with the pixels, CITY_ARGS='--pano-width 2048'
 #          (a 90-degree view of a 512-px panorama is 128 px wide)
@@ -285,7 +286,14 @@ merge() {  # arm: the first SHARDS shards of each of its kinds, merged into its 
   spatialrl data merge "${shards[@]}" --out "$WORK/data/$name" --overwrite > "$LOGS/merge-$name.log" 2>&1 \
     && stamp "data $name: $(tail -n 1 "$LOGS/merge-$name.log")" || stamp "FAILED: merge $name"
 }
-init_args() {  # name → MODEL_ARGS. INIT=scratch (default): the recipe's preset. INIT=shipped: the shipped
+init_args() {  # name → MODEL_ARGS: where the arm starts (init_source) and, for V-IRL arms with VIRL_GRID set,
+               # the processor's pixel bound raised to the grid (model.max_pixels, shipped with the model): the
+               # small preset's bound is 224*224, so a 448-px grid would otherwise reach the model resized to 224
+  init_source "$1"
+  case $1 in virl-*) [ -n "${VIRL_GRID:-}" ] && MODEL_ARGS+=(--model.max_pixels=$(( VIRL_GRID * VIRL_GRID ))) ;; esac
+  return 0
+}
+init_source() {  # name → MODEL_ARGS. INIT=scratch (default): the recipe's preset. INIT=shipped: the shipped
                # model of its kind (src/spatialrl/models/weights/<name>; candidate AO arms start from
                # tvr-ao-sft, V-IRL ones from virl-sft). INIT=<folder>: <folder>/<name>/ where present (else from scratch) — to continue
                # training across sessions, unpack the weights a session returned there (scripts/gpu/
@@ -322,7 +330,8 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
            # TOTAL_MIN minutes across commands when set, else what this command leaves (at most BUDGET_MIN;
            # COMPILE_S is kept for the tensor compile, which runs before the training clock).
   local name=$1 recipe=$2 bs=$3 budget stop resume=never rc MODEL_ARGS
-  init_args "$name"; local from=${MODEL_ARGS[0]:-scratch}
+  init_args "$name"; local from=scratch a
+  for a in "${MODEL_ARGS[@]}"; do [[ $a == --model.path=* ]] && from=$a; done
   if [ -n "${TOTAL_MIN:-}" ]; then budget=$TOTAL_MIN
   else budget=$("$PY" -c "print(round(max(0.2, min($BUDGET_MIN, ($TRAIN_END_S - $(elapsed) - ${COMPILE_S:-90}) / 60)), 2))")
   fi

@@ -1,4 +1,5 @@
-"""train_builtin.sh's init_args: which weights each arm starts from (INIT, INIT_MAP)."""
+"""train_builtin.sh's init_args: which weights each arm starts from (INIT, INIT_MAP), and the V-IRL arms'
+pixel bound when VIRL_GRID is set."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def init_args(arm: str, tmp_path: Path, **env: str) -> str:
     script = ROOT / "scripts/gpu/train_builtin.sh"
-    body = f'source <(sed -n "/^init_args() {{/,/^}}/p" {script}); ROOT={tmp_path}; init_args {arm}; echo "${{MODEL_ARGS[@]}}"'
+    body = f'source <(sed -n "/^init_args() {{/,/^}}/p; /^init_source() {{/,/^}}/p" {script}); ROOT={tmp_path}; init_args {arm}; echo "${{MODEL_ARGS[@]}}"'
     return subprocess.run(["bash", "-c", body], env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True,
                           check=True).stdout.strip()
 
@@ -35,3 +36,13 @@ def test_shipped_and_builtin_map_for_virl_arms(tmp_path):
     # beside INIT=.init TVR arms, a V-IRL arm can start from the shipped model
     assert init_args("virl-pre", tmp_path, INIT="init", INIT_MAP="virl-pre=builtin:virl-sft") == \
         "--model.path=builtin:virl-sft --model.preset_overrides={}"
+
+
+def test_virl_grid_raises_the_virl_arms_pixel_bound(tmp_path):
+    """The small preset's processor bound is 224*224: a 448-px grid would reach the model resized to 224."""
+    assert init_args("virl-retry", tmp_path, INIT="shipped", VIRL_GRID="448") == \
+        "--model.path=builtin:virl-sft --model.preset_overrides={} --model.max_pixels=200704"
+    assert init_args("virl-sft", tmp_path, VIRL_GRID="448") == "--model.max_pixels=200704"  # from scratch too
+    assert init_args("tvr-ao-sft", tmp_path, INIT="shipped", VIRL_GRID="448") == \
+        "--model.path=builtin:tvr-ao-sft --model.preset_overrides={}"  # TVR arms keep theirs
+    assert init_args("virl-sft", tmp_path, INIT="shipped") == "--model.path=builtin:virl-sft --model.preset_overrides={}"

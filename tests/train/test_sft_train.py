@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from spatialrl.errors import DataError
+from spatialrl.errors import ConfigError, DataError
 from spatialrl.train.config import SFTConfig, load_config
 from spatialrl.train.data import SFTDataset
 from spatialrl.train.sft import Collator, token_loss, train
@@ -331,3 +331,22 @@ def test_image_swap_check(tvr_ao_data, tiny_builtin):
 
     same = heldout_loss(acc, model, SameImages(), collate, limit=6, batch_size=3)
     assert same["heldout/image_swap_gap"] == 0.0
+
+
+def test_max_pixels_sets_the_processor_bound_and_ships_it(tmp_path, gp_vl_data, tiny_builtin):
+    """model.max_pixels: the tiny preset's bound is 112*112, so a 224-px image reaches it at 112 (16 tokens);
+    raised to 224*224 it keeps its pixels (64 tokens), and the trained model's processor says so."""
+    from spatialrl.models.processor import load_processor
+    from spatialrl.train.common import load_model_and_processor
+    from spatialrl.train.config import ModelConfig
+    from spatialrl.train.tensor_data import image_settings, resized_shape
+
+    _, default, _ = load_model_and_processor(ModelConfig(path=str(tiny_builtin)), 0)
+    assert resized_shape(224, 224, image_settings(default)) == (112, 112)
+    _, raised, meta = load_model_and_processor(ModelConfig(path=str(tiny_builtin), max_pixels=224 * 224), 0)
+    assert resized_shape(224, 224, image_settings(raised)) == (224, 224) and meta["max_pixels"] == 224 * 224
+    train(make_cfg(tmp_path / "run", gp_vl_data, tiny_builtin, max_steps=1, **{"model.max_pixels": 224 * 224}))
+    shipped = load_processor(tmp_path / "run" / "final")
+    assert image_settings(shipped)["max_pixels"] == 224 * 224
+    with pytest.raises(ConfigError, match="model.max_pixels"):
+        load_model_and_processor(ModelConfig(path=str(tiny_builtin), max_pixels=0), 0)

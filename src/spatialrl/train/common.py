@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from spatialrl.errors import DataError
+from spatialrl.errors import ConfigError, DataError
 from spatialrl.io import JsonlAppender, atomic_write_json
 from spatialrl.train.config import LoggingConfig, ModelConfig, config_to_dict
 
@@ -156,7 +156,22 @@ def load_model_and_processor(cfg: ModelConfig, seed: int) -> tuple[Any, Any, dic
         processor = load_processor(value)
     if cfg.attn_implementation and kind == "preset":
         model.set_attn_implementation(cfg.attn_implementation)
+    if cfg.max_pixels is not None:
+        set_max_pixels(model, processor, cfg.max_pixels)
+        meta["max_pixels"] = cfg.max_pixels
     return model, processor, meta
+
+
+def set_max_pixels(model: Any, processor: Any, max_pixels: int) -> None:
+    """``model.max_pixels``: the processor's pixel bound, saved with it (so evaluation sees what training saw)."""
+    from spatialrl.models.family import model_family
+
+    if max_pixels < 1:
+        raise ConfigError(f"model.max_pixels: must be a positive pixel count, got {max_pixels}")
+    family = model_family(model)
+    if not family.set_pixel_bounds(processor, None, max_pixels):
+        raise ConfigError(f"model.max_pixels: the {family.name} processor does not resize images itself; "
+                          "set the image size in the task options instead")
 
 
 def vision_parameters(model: Any) -> list[tuple[str, torch.nn.Parameter]]:

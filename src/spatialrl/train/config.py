@@ -88,6 +88,11 @@ class ModelConfig:
         "one compile shared by the blocks of a kind, the rest eager (models whose top-level forward has "
         "data-dependent Python, as VLMs do, compile badly whole). Fuses the elementwise work around each "
         "matmul; benchmarks/sft_speed.py --compile measures it (docs/training.md)."))
+    max_pixels: int | None = field(default=None, metadata=_help(
+        "Set the image processor's pixel bound (Qwen families: its longest_edge, in pixels of area; images "
+        "above it are resized down) before training, and ship it with the model. None keeps the model's. The "
+        "built-in small preset's is 224*224 = 50176 (64 tokens), so a 448-px V-IRL grid reaches it at 224 "
+        "unless this is 200704 (448*448, 256 tokens)."))
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
