@@ -1,8 +1,10 @@
 """Loss of the pilot model on its own training samples through the processor path (the eval's), vs the
 tensor engine's training log: a large gap means the two paths feed the model different inputs."""
 import sys
+
 import torch
 from transformers import AutoModelForImageTextToText
+
 from spatialrl.models.processor import load_processor
 from spatialrl.train.data import SFTDataset
 from spatialrl.train.sft import Collator, token_loss
