@@ -123,7 +123,7 @@ def profile_of(run: Path, args: argparse.Namespace) -> dict[str, Any] | None:
         return None
     summary = json.loads((run / f"profile-update-{args.updates - 1}.json").read_text())
     return {**{k: summary[k] for k in ("update", "timed", "wall_seconds", "busy_seconds", "busy_share", "calls",
-                                       "by_kind")}, "top": summary["top"][:8]}
+                                       "host_op_seconds", "by_kind")}, "top": summary["top"][:8]}
 
 
 def score_train_tflops(row: dict[str, Any], split: dict[str, int], frozen_base: bool) -> float | None:
@@ -286,7 +286,7 @@ def main() -> None:
             kinds = ", ".join(f"{k} {v:.2f} s" for k, v in p["by_kind"].items())
             print(f"profile of update {p['update']} ({r['algo']}, mb {r['minibatch_size']}): {p['timed']} "
                   f"{p['busy_seconds']:.1f} s of {p['wall_seconds']:.1f} s wall ({100 * (p['busy_share'] or 0):.0f}%), "
-                  f"{p['calls']:,} calls; {kinds}")
+                  f"{p['calls']:,} calls, host operators {p['host_op_seconds']:.1f} s; {kinds}")
             for t in p["top"][:5]:
                 print(f"    {t['seconds']:8.2f} s {t['calls']:>8,} × [{t['kind']}] {t['name'][:90]}")
     if "limit" in header:

@@ -43,6 +43,7 @@ def test_ppo_profiles_one_update_and_trains_the_same(tmp_path, tiny_model_dir, l
     assert 0 < summary["busy_seconds"] and 0 < summary["wall_seconds"]
     assert summary["by_kind"]["matmul"] > 0 and summary["calls"] > 100
     assert abs(sum(summary["by_kind"].values()) - summary["busy_seconds"]) < 1e-6
+    assert summary["host_op_seconds"] > 0
     assert summary["top"] and summary["top"][0]["seconds"] >= summary["top"][-1]["seconds"]
     assert "Self CPU" in (run / "profile-update-2.txt").read_text()  # torch's own table
     # the profiler only watches: the profiled run trains exactly like the plain one

@@ -6,7 +6,9 @@ beside the run's metrics:
 
 * ``profile-update-K.json``: the window's wall seconds; on a GPU the summed kernel time (``busy_seconds``)
   and its share of the wall clock, the kernel count, the kernel time by kind (matmul, attention,
-  elementwise, ...), and the top kernels; on a CPU the same over operators' self CPU time;
+  elementwise, ...), the top kernels, and the host's own operator time (``host_op_seconds``: close to
+  the wall clock while the kernels' share is low means the card waits on launches); on a CPU the same
+  over operators' self CPU time;
 * ``profile-update-K.txt``: torch's own operator table (top 40 by self device or CPU time).
 
 Why: the 8.3B's PPO epochs run at ~23% of the card's matmul rate (docs/rl.md, issue 24), and the throughput
@@ -64,6 +66,9 @@ def summarise(averages: Any, wall_seconds: float, on_device: bool) -> dict[str, 
         if us > 0:
             rows.append((evt.key, int(evt.count), us / 1e6))
     rows.sort(key=lambda r: -r[2])
+    # on a GPU, the host's own operator time beside the kernels': near the wall clock = launch-bound
+    host = sum(float(e.self_cpu_time_total) for e in averages
+               if getattr(e, "device_type", None) == torch.autograd.DeviceType.CPU) / 1e6
     by_kind: dict[str, float] = {}
     for name, _, seconds in rows:
         by_kind[kind_of(name)] = by_kind.get(kind_of(name), 0.0) + seconds
@@ -74,6 +79,7 @@ def summarise(averages: Any, wall_seconds: float, on_device: bool) -> dict[str, 
         # kernels of several streams can overlap, so on a GPU this is an upper bound on the busy share
         "busy_share": busy / wall_seconds if wall_seconds > 0 else None,
         "calls": sum(r[1] for r in rows),
+        "host_op_seconds": host,
         "by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
         "top": [{"name": n[:160], "kind": kind_of(n), "calls": c, "seconds": s} for n, c, s in rows[:TOP]],
     }
