@@ -64,24 +64,24 @@ def summarise(averages: Any, wall_seconds: float, on_device: bool) -> dict[str, 
         else:
             us = float(evt.self_cpu_time_total)
         if us > 0:
-            rows.append((evt.key, int(evt.count), us / 1e6))
-    rows.sort(key=lambda r: -r[2])
+            rows.append((evt.key, kind_of(evt.key), int(evt.count), us / 1e6))
+    rows.sort(key=lambda r: -r[3])
     # on a GPU, the host's own operator time beside the kernels': near the wall clock = launch-bound
     host = sum(float(e.self_cpu_time_total) for e in averages
                if getattr(e, "device_type", None) == torch.autograd.DeviceType.CPU) / 1e6
     by_kind: dict[str, float] = {}
-    for name, _, seconds in rows:
-        by_kind[kind_of(name)] = by_kind.get(kind_of(name), 0.0) + seconds
-    busy = sum(r[2] for r in rows)
+    for _, kind, _, seconds in rows:
+        by_kind[kind] = by_kind.get(kind, 0.0) + seconds
+    busy = sum(r[3] for r in rows)
     return {
         "timed": "device kernels" if on_device else "CPU operators (self time)",
         "wall_seconds": wall_seconds, "busy_seconds": busy,
         # kernels of several streams can overlap, so on a GPU this is an upper bound on the busy share
         "busy_share": busy / wall_seconds if wall_seconds > 0 else None,
-        "calls": sum(r[1] for r in rows),
+        "calls": sum(r[2] for r in rows),
         "host_op_seconds": host,
         "by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
-        "top": [{"name": n[:160], "kind": kind_of(n), "calls": c, "seconds": s} for n, c, s in rows[:TOP]],
+        "top": [{"name": n[:160], "kind": k, "calls": c, "seconds": s} for n, k, c, s in rows[:TOP]],
     }
 
 
@@ -112,4 +112,3 @@ def profile_window(enabled: bool, out_dir: Path, update: int, device: torch.devi
     atomic_write_json(out_dir / f"profile-update-{update}.json", summary)
     sort = "self_device_time_total" if on_device else "self_cpu_time_total"
     (out_dir / f"profile-update-{update}.txt").write_text(averages.table(sort_by=sort, row_limit=40) + "\n")
-
