@@ -194,7 +194,11 @@ shards_settled() {  # arm: have all shards of all its kinds settled?
     [ "$(find "$WORK/data" -maxdepth 1 -name ".settled-$kind-*" | wc -l)" -ge "$n" ] || return 1
   done
 }
-virl_shard() {  # k: a metro city of seed 100+k and its expert episodes
+built() {  # kind k: that shard was written by an earlier command of this session (meta.json is written last)
+  [ -f "$WORK/data/$1-$2/meta.json" ]
+}
+virl_shard() {  # k: a metro city of seed 100+k and its expert episodes (a command cut mid-way is sent again:
+                # the city and the shards it finished are kept)
   local k=$1 city=$WORK/data/city-$((SEED0 + k)) iit=true
   # the last VIRL_NOTEXT cities' episodes use the vision-required prompt (intersection_in_text=false: the
   # text no longer says where the intersections are, docs/virl.md). The shipped model fell from 19/48 to
@@ -207,23 +211,24 @@ virl_shard() {  # k: a metro city of seed 100+k and its expert episodes
   data_time "city-$k ready"
   local episodes=(--task virl --data "$city" --split in-dist --set episodes="$VIRL_EPISODES" --set seed=$((10 * SEED0 + k))
                   --set grid_size=$GRID --set intersection_in_text=$iit --seed $((10 * SEED0 + k)) --overwrite --batch-size 32)
-  if needs virl; then spatialrl data sft "${episodes[@]}" --expert-noise "$VIRL_NOISE" --out "$WORK/data/virl-$k" \
+  if needs virl; then built virl "$k" || spatialrl data sft "${episodes[@]}" --expert-noise "$VIRL_NOISE" --out "$WORK/data/virl-$k" \
       > "$LOGS/data-virl-$k.log" 2>&1 || stamp "FAILED: virl data $k"; settle virl "$k"; fi &
   # the same episodes with retry turns (a noisy expert's wrong answer, the verifier's message, the right
   # answer as label): every first mistake of the shipped model ends its episode (retry accuracy 0/28 on the
   # validation city, 2026-12-05, seventh session)
-  if needs virlr; then spatialrl data sft "${episodes[@]}" --expert-noise "$VIRL_RETRY_NOISE" --out "$WORK/data/virlr-$k" \
+  if needs virlr; then built virlr "$k" || spatialrl data sft "${episodes[@]}" --expert-noise "$VIRL_RETRY_NOISE" --out "$WORK/data/virlr-$k" \
       > "$LOGS/data-virlr-$k.log" 2>&1 || stamp "FAILED: virlr data $k"; settle virlr "$k"; fi &
   # the agent's own mistakes as retry samples (DAgger roll-in; fewer episodes: each costs its generation)
   if needs virld; then spatialrl data sft "${episodes[@]}" --roll-in "$VIRL_DAGGER_AGENT" --roll-in-beta "$DAGGER_BETA" \
       --episodes "$VIRL_DAGGER_EPISODES" --out "$WORK/data/virld-$k" > "$LOGS/data-virld-$k.log" 2>&1 \
       || stamp "FAILED: virld data $k"; settle virld "$k"; fi &
-  wait
   # simulator-labelled destination questions on the same city (have I reached X? which view shows X?):
-  # the stop at the destination is the decision the street view alone can make (docs/virl.md)
-  if needs vpre; then spatialrl virl pretrain-data --data "$city" --pairs "$VPRE_PAIRS" --seed $((10 * SEED0 + k)) \
+  # the stop at the destination is the decision the street view alone can make (docs/virl.md). Beside the
+  # episodes, not after them: it needs only the city (sequential, it ended the 448-px data stage past 550 s)
+  if needs vpre; then built vpre "$k" || spatialrl virl pretrain-data --data "$city" --pairs "$VPRE_PAIRS" --seed $((10 * SEED0 + k)) \
       --set grid_size=$GRID --out "$WORK/data/vpre-$k" --overwrite > "$LOGS/data-vpre-$k.log" 2>&1 \
-      || stamp "FAILED: vpre data $k"; settle vpre "$k"; fi
+      || stamp "FAILED: vpre data $k"; settle vpre "$k"; fi &
+  wait
 }
 tvr_shard() {  # k: a bench of seed 100+k (sft split only), its AO (noisy expert) and VA data
   local k=$1 bench=$WORK/data/bench-$((SEED0 + k))
@@ -408,17 +413,19 @@ stage_data() {
         --steps 3000 --eval-every 100 --batch-size 64 --tag shipped-size-b64 --out "$WORK/eval" \
         > "$LOGS/vision_learnability-during-data.log" 2>&1 & )
   fi
-  if [ "$SMOKE" != 1 ] && [ "${VECTOR_WORKERS_BENCH:-1}" = 1 ]; then
+  if [ "$SMOKE" != 1 ] && [ "${VECTOR_WORKERS_BENCH:-0}" = 1 ]; then
     # issue 21 while the host is still quiet (~1 minute, before the data stage takes the 16 cores): N = 1,024
     # envs at 640x360 in one process and over k worker processes on the one GPU (ShardedVectorEnv), since one
-    # host core bounds one process (3,593 steps/s with pbo_rgb on the H100, 2026-12-05)
+    # host core bounds one process (3,593 steps/s with pbo_rgb on the H100, 2026-12-05). Off by default since
+    # 2026-12-06: measured three times (docs/rendering.md), and it blocks the data stage's start for ~52 s
     ( cd "$ROOT/benchmarks" && timeout "${VECTOR_WORKERS_BENCH_S:-100}" "$PY" -u tvr_vector_speed.py --sizes 640x360 \
         --num-envs 1024 --steps 8192 --repeats 1 --readback pbo_rgb --env-workers 1 2 4 8 --tag workers --out "$LOGS" \
         > "$LOGS/tvr_vector_speed-workers.log" 2>&1 ) || stamp "FAILED or cut: vector env workers rows (logs/tvr_vector_speed-workers.log)"
     stamp "vector env workers rows: $(grep -c "vector N=1024" "$LOGS/tvr_vector_speed-workers.log") of 4 (logs/tvr_vector_speed-workers.log)"
   fi
-  if [ "$SMOKE" != 1 ] && [ "${PROFILE_DURING_DATA:-1}" = 1 ]; then
-    # issue 21 on the idle GPU (~1-2 of 16 cores): where a TVRVectorEnv step's host time goes at 640x360,
+  if [ "$SMOKE" != 1 ] && [ "${PROFILE_DURING_DATA:-0}" = 1 ]; then
+    # issue 21 on the idle GPU (~1-2 of 16 cores; off by default since 2026-12-06, measured twice): where a
+    # TVRVectorEnv step's host time goes at 640x360,
     # N = 1,024 (cProfile: logs/tvr_vector_profile-gpu-data-stage.txt) and the rows beside it
     ( cd "$ROOT/benchmarks" && timeout "${PROFILE_DURING_DATA_S:-300}" "$PY" -u tvr_vector_speed.py --sizes 640x360 \
         --num-envs 1024 --steps 4096 --repeats 1 --readback pbo_rgb --profile 1024 --tag data-stage --out "$LOGS" \
@@ -435,8 +442,14 @@ stage_data() {
         || stamp "FAILED or cut: sft_speed compile rows (logs/sft_speed-compile.log)" ) &
   fi
   val_data &
-  for k in $(seq 1 "$NCITY"); do virl_shard "$k" & done
-  for k in $(seq 1 "$NBENCH"); do tvr_shard "$k" & done
+  # only the shards some arm trains on: a V-IRL-only run built eight TVR benches beside its cities on
+  # 2026-12-06 (sixteenth session), cores its 448-px data stage needed
+  if needs virl || needs virlr || needs virld || needs vpre; then
+    for k in $(seq 1 "$NCITY"); do virl_shard "$k" & done
+  fi
+  if needs ao || needs va || needs aoall || needs pre || needs dag || needs aoh0; then
+    for k in $(seq 1 "$NBENCH"); do tvr_shard "$k" & done
+  fi
   wait
 }
 eval_data() {  # held-out bench and cities (never used in training)

@@ -62,18 +62,19 @@ def test_training_pauses_with_weights_and_resumes_to_a_final_model(tmp_path):
         assert (tmp_path / "out-resume" / f"{name}.tar.gz").is_file()
     # the next session: the returned weights kept (keep_weights.sh) and continued on fresh data (DATA_ROUND),
     # with gradient accumulation (ACCUM: what a GPU with less memory per arm gets) and a continuation's recipe
-    # overrides (TRAIN_ARGS). One city, no TVR bench
-    # (the V-IRL arm alone uses none) and a 3-second budget: the run ends finished, not paused
+    # overrides (TRAIN_ARGS). One city and a 3-second budget: the run ends finished, not paused. NBENCH keeps
+    # its default: a V-IRL-only run must build no TVR bench (it built eight on the GPU, 2026-12-06)
     kept = tmp_path / "kept"
     subprocess.run(["bash", str(ROOT / "scripts/gpu/keep_weights.sh"), str(tmp_path / "out-resume"), str(kept)],
                    check=True, capture_output=True, text=True)
     assert (kept / "virl-sft" / "model.safetensors").is_file()
     (tmp_path / "work").rename(tmp_path / "work-session-1")
     third = stage(tmp_path, "next", STAGE="train", TOTAL_MIN="0.05", ARMS="virl-sft", INIT=str(kept),
-                  DATA_ROUND="1", ACCUM="2", NCITY="1", NBENCH="0", TRAIN_ARGS="--optim.lr=2e-4 --optim.warmup_ratio=0.02")
+                  DATA_ROUND="1", ACCUM="2", NCITY="1", TRAIN_ARGS="--optim.lr=2e-4 --optim.warmup_ratio=0.02")
     assert f"init={kept}/virl-sft, accum=2, frames on device" in third, third
     assert "trained virl-sft" in third, third
     assert (tmp_path / "work" / "data" / "city-201").is_dir() and not (tmp_path / "work" / "data" / "city-101").exists()
+    assert not list((tmp_path / "work" / "data").glob("bench-*")), sorted((tmp_path / "work" / "data").iterdir())
     config = (tmp_path / "work" / "runs" / "virl-sft" / "config.json").read_text().replace('": ', "=")
     assert "grad_accum=2" in config
     assert '"lr=0.0002' in config and '"warmup_ratio=0.02' in config  # TRAIN_ARGS reach every arm's recipe
