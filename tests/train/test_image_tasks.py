@@ -21,7 +21,16 @@ def test_chats_are_deterministic_and_answer_from_the_pixels(task):
     chats = [make_chat(task, np.random.default_rng(i), height=40, width=60) for i in range(200)]
     answers = [_answer(c) for c in chats]
     assert set(answers) == set(ANSWERS[task])  # every answer occurs
-    assert all(im.shape == (40, 60, 3) and im.dtype == np.uint8 for c in chats for im in _images(c))
+    shape = (40, 120, 3) if task == "same_pattern_joined" else (40, 60, 3)  # joined: two 60-px halves
+    assert all(im.shape == shape and im.dtype == np.uint8 for c in chats for im in _images(c))
+    if task == "same_pattern_joined":
+        for c, ans in zip(chats, answers):
+            (joined,) = _images(c)
+            assert np.array_equal(joined[:, :60], joined[:, 60:]) == (ans == "yes")
+        # the same draws as same_pattern: the halves are its two pictures
+        for i in range(5):
+            pair = _images(make_chat("same_pattern", np.random.default_rng(i), height=40, width=60))
+            assert np.array_equal(_images(chats[i])[0], np.concatenate(pair, axis=1))
     if task == "same_pattern":
         for c, ans in zip(chats, answers):
             first, second = _images(c)

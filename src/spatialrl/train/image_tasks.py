@@ -12,6 +12,10 @@ answer that only the pixels decide, so a failure points at one link:
 * ``same_color`` — two colour images; the same colour? A comparison of global features.
 * ``same_pattern`` — two random 4×4 grids of colours; identical? A fine-grained, cell-by-cell
   comparison: what TVR's Stop and its last steps hinge on (a one-action-away view differs locally).
+* ``same_pattern_joined`` — the same two grids side by side in *one* image (each ``width`` px wide, so the
+  image is ``2 * width``); are the halves identical? The vision tower encodes each image on its own, so
+  with two images only the decoder can compare them; joined, the tower's full-attention blocks see both
+  halves at once. The pair of tasks measures what that input layout is worth (issue 19's TVR frames).
 
 Each chat is one user turn (images, then the question) and a one-word answer; accuracy is whether the
 argmax of the first answer token is right (teacher-forced, held-out chats from another seed). The answer
@@ -31,14 +35,16 @@ import torch
 
 COLORS: dict[str, tuple[int, int, int]] = {"red": (200, 30, 30), "green": (30, 200, 30), "blue": (30, 30, 200)}
 GRID = 4  # same_pattern: cells per side
-TASKS = ("color", "second", "same_color", "same_pattern")
+TASKS = ("color", "second", "same_color", "same_pattern", "same_pattern_joined")
 ANSWERS: dict[str, tuple[str, ...]] = {"color": tuple(COLORS), "second": tuple(COLORS),
-                                       "same_color": ("yes", "no"), "same_pattern": ("yes", "no")}
+                                       "same_color": ("yes", "no"), "same_pattern": ("yes", "no"),
+                                       "same_pattern_joined": ("yes", "no")}
 QUESTIONS = {
     "color": "What color is the picture? Answer red, green or blue.",
     "second": "What color is the second picture? Answer red, green or blue.",
     "same_color": "Are the two pictures the same color? Answer yes or no.",
     "same_pattern": "Are the two pictures identical? Answer yes or no.",
+    "same_pattern_joined": "Are the left and right halves of the picture identical? Answer yes or no.",
 }
 
 
@@ -59,10 +65,12 @@ def make_chat(task: str, rng: np.random.Generator, height: int = 64, width: int 
     if task not in TASKS:
         raise ValueError(f"unknown image task {task!r}; known: {', '.join(TASKS)}")
     colors = list(COLORS)
-    if task == "same_pattern":
+    if task in ("same_pattern", "same_pattern_joined"):
         first = _pattern(rng, height, width)
         same = bool(rng.random() < 0.5)
         images = [first, first.copy() if same else _pattern(rng, height, width)]
+        if task == "same_pattern_joined":  # the same draws, one image: left half, right half
+            images = [np.concatenate(images, axis=1)]
         answer = "yes" if same else "no"
     else:
         if task == "same_color":  # balanced: half the pairs share a colour
