@@ -44,7 +44,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="tiny", help="built-in preset (ignored with --config)")
     ap.add_argument("--config", help="an SFT recipe whose model section (preset + preset_overrides) to build")
-    ap.add_argument("--tasks", default=",".join(TASKS), help="comma-separated subset of " + ", ".join(TASKS))
+    ap.add_argument("--tasks", default=",".join(t for t in TASKS if t != "same_pattern_joined"),
+                    help="comma-separated subset of " + ", ".join(TASKS) + " (default: all but same_pattern_joined, "
+                         "whose image is twice --size wide: compare it with same_pattern at a size the preset's "
+                         "pixel bound keeps, e.g. --size 56x64 for tiny; docs/training.md)")
     ap.add_argument("--steps", type=int, default=3000, help="update cap per task")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--lr", type=float, default=1e-3)
