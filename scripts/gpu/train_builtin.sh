@@ -151,6 +151,13 @@ needs() {  # kind: does any arm train on shards of that kind?
   for a in $ARMS; do for k in $(arm "$a" | cut -d' ' -f6-); do [ "$k" = "$1" ] && return 0; done; done
   return 1
 }
+VIRL_KINDS="virl virlr virld vpre"  # the shard kinds a city gives (virl_shard); the others come from a bench
+TVR_KINDS="ao va aoall pre dag aoh0"  # (tvr_shard)
+needs_any() {  # kind...: does any arm train on shards of one of them?
+  local k
+  for k in "$@"; do needs "$k" && return 0; done
+  return 1
+}
 N_ARMS=$(wc -w <<< "$ARMS")
 [ "$SMOKE" = 1 ] || TRAIN_EXTRA=(--data.num_workers=$(( 15 / N_ARMS > 0 ? 15 / N_ARMS : 1 )) --logging.every=50)
 # Each arm's frames sit on the GPU by default (the tensor engine's fastest path): 10-18 GiB of uint8 per
@@ -190,7 +197,7 @@ data_time() {  # when each piece of the data stage was done (logs/data-times.txt
 shards_settled() {  # arm: have all shards of all its kinds settled?
   local kind n
   for kind in $(arm "$1" | cut -d' ' -f6-); do
-    case $kind in virl|virlr|virld|vpre) n=$NCITY ;; *) n=$NBENCH ;; esac
+    case " $VIRL_KINDS " in *" $kind "*) n=$NCITY ;; *) n=$NBENCH ;; esac
     [ "$(find "$WORK/data" -maxdepth 1 -name ".settled-$kind-*" | wc -l)" -ge "$n" ] || return 1
   done
 }
@@ -207,7 +214,7 @@ virl_shard() {  # k: a metro city of seed 100+k and its expert episodes (a comma
   # (and so the model's recorded eval settings) take
   [ "$k" -gt $(( NCITY - ${VIRL_NOTEXT:-0} )) ] && [ "$k" -gt 1 ] && iit=false
   [ -f "$city/route_infos.json" ] || make_city metro "$CITY_ROUTES" $((SEED0 + k)) "$city" > "$LOGS/city-$k.log" 2>&1 \
-    || { stamp "FAILED: city $k"; for x in virl virlr virld vpre; do settle $x "$k"; done; return; }
+    || { stamp "FAILED: city $k"; for x in $VIRL_KINDS; do settle $x "$k"; done; return; }
   data_time "city-$k ready"
   local episodes=(--task virl --data "$city" --split in-dist --set episodes="$VIRL_EPISODES" --set seed=$((10 * SEED0 + k))
                   --set grid_size=$GRID --set intersection_in_text=$iit --seed $((10 * SEED0 + k)) --overwrite --batch-size 32)
@@ -234,7 +241,7 @@ tvr_shard() {  # k: a bench of seed 100+k (sft split only), its AO (noisy expert
   local k=$1 bench=$WORK/data/bench-$((SEED0 + k))
   [ -f "$bench/bench.json" ] || spatialrl tvr make-bench --out "$bench" --seed $((SEED0 + k)) --overwrite \
       --sizes "eval=0,sft=$TVR_SFT,rl=0,diag_rotate=0,diag_move=0" --scenes "sft=$TVR_SCENES,eval=0,rl=0" \
-      > "$LOGS/bench-$k.log" 2>&1 || { stamp "FAILED: bench $k"; for x in ao va aoall pre dag aoh0; do settle $x "$k"; done; return; }
+      > "$LOGS/bench-$k.log" 2>&1 || { stamp "FAILED: bench $k"; for x in $TVR_KINDS; do settle $x "$k"; done; return; }
   data_time "bench-$k ready"
   local common=(--task tvr --data "$bench" --split sft --set width=$W --set height=$H --batch-size 32 --overwrite)
   local noisy=("${common[@]}" --set memory=ao --expert-noise "$EXPERT_NOISE" --samples step)
@@ -444,10 +451,10 @@ stage_data() {
   val_data &
   # only the shards some arm trains on: a V-IRL-only run built eight TVR benches beside its cities on
   # 2026-12-06 (sixteenth session), cores its 448-px data stage needed
-  if needs virl || needs virlr || needs virld || needs vpre; then
+  if needs_any $VIRL_KINDS; then
     for k in $(seq 1 "$NCITY"); do virl_shard "$k" & done
   fi
-  if needs ao || needs va || needs aoall || needs pre || needs dag || needs aoh0; then
+  if needs_any $TVR_KINDS; then
     for k in $(seq 1 "$NBENCH"); do tvr_shard "$k" & done
   fi
   wait
