@@ -142,7 +142,9 @@ arm() {  # name → "recipe batch-size task memory held-out kind...": held-out n
     tvr-ao-pre) echo "tvr_ao_small.yaml $BS_AO tvr ao ao ao pre" ;;    # + visual pretraining pairs mixed in
     tvr-ao-dagger) echo "tvr_ao_small.yaml $BS_AO tvr ao ao ao dag" ;; # + DAgger: DAGGER_AGENT's own states
     tvr-ao-h0) echo "tvr_ao_small.yaml $BS_AO tvr ao aoh0 aoh0" ;;       # no action history, every optimal label
-    *) echo "unknown arm $1 (virl-sft virl-pre virl-retry virl-dagger tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre tvr-ao-dagger tvr-ao-h0)" >&2; return 1 ;;
+    tvr-ao-joined) echo "tvr_ao_small.yaml $BS_AO tvr ao aoj aoj" ;;    # tvr-ao-sft's data with the current and
+                     # target frame as one side-by-side image (frames=joined; docs/training.md "One image or two?")
+    *) echo "unknown arm $1 (virl-sft virl-pre virl-retry virl-dagger tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre tvr-ao-dagger tvr-ao-h0 tvr-ao-joined)" >&2; return 1 ;;
   esac
 }
 for a in $ARMS; do arm "$a" > /dev/null || exit 2; done
@@ -152,7 +154,7 @@ needs() {  # kind: does any arm train on shards of that kind?
   return 1
 }
 VIRL_KINDS="virl virlr virld vpre"  # the shard kinds a city gives (virl_shard); the others come from a bench
-TVR_KINDS="ao va aoall pre dag aoh0"  # (tvr_shard)
+TVR_KINDS="ao va aoall pre dag aoh0 aoj"  # (tvr_shard)
 needs_any() {  # kind...: does any arm train on shards of one of them?
   local k
   for k in "$@"; do needs "$k" && return 0; done
@@ -258,6 +260,8 @@ tvr_shard() {  # k: a bench of seed 100+k (sft split only), its AO (noisy expert
   # (the copycat shortcut); without them only the frames tell the states apart
   if needs aoh0; then spatialrl data sft "${noisy[@]}" --set history_len=0 --labels all_optimal --out "$WORK/data/aoh0-$k" \
       > "$LOGS/data-aoh0-$k.log" 2>&1 || stamp "FAILED: aoh0 data $k"; settle aoh0 "$k"; fi &
+  if needs aoj; then spatialrl data sft "${noisy[@]}" --set frames=joined --out "$WORK/data/aoj-$k" \
+      > "$LOGS/data-aoj-$k.log" 2>&1 || stamp "FAILED: aoj data $k"; settle aoj "$k"; fi &
   if needs ao; then spatialrl data sft "${noisy[@]}" --out "$WORK/data/ao-$k" > "$LOGS/data-ao-$k.log" 2>&1 \
       || stamp "FAILED: ao data $k"; settle ao "$k"; fi
   if needs va; then spatialrl data sft "${common[@]}" --set memory=va --out "$WORK/data/va-$k" \
@@ -268,7 +272,7 @@ val_data() {  # held-out SFT data for the trainers' image-use curve (heldout/los
                # every VAL_EVERY updates): the validation bench (seed 1, its own houses) and a validation
                # city (seed 9); never the test data (bench seed 0, cities 7 and 8)
   local bench=$WORK/data/bench-val city=$WORK/data/city-val
-  if needs ao || needs aoall || needs pre || needs va || needs aoh0; then
+  if needs_any $TVR_KINDS; then
     [ -f "$bench/bench.json" ] || spatialrl tvr make-bench --out "$bench" --seed 1 --overwrite \
         --sizes "eval=$VAL_TVR,sft=0,rl=0,diag_rotate=0,diag_move=0" > "$LOGS/bench-val.log" 2>&1 \
         || { stamp "FAILED: validation bench"; return; }
@@ -279,6 +283,9 @@ val_data() {  # held-out SFT data for the trainers' image-use curve (heldout/los
     if needs aoh0; then spatialrl data sft "${common[@]}" --set memory=ao --set history_len=0 \
         --expert-noise "$EXPERT_NOISE" --samples step --out "$WORK/data/val-aoh0" > "$LOGS/data-val-aoh0.log" 2>&1 \
         || stamp "FAILED: val-aoh0 data"; fi &
+    if needs aoj; then spatialrl data sft "${common[@]}" --set memory=ao --set frames=joined \
+        --expert-noise "$EXPERT_NOISE" --samples step --out "$WORK/data/val-aoj" > "$LOGS/data-val-aoj.log" 2>&1 \
+        || stamp "FAILED: val-aoj data"; fi &
     if needs va; then spatialrl data sft "${common[@]}" --set memory=va --out "$WORK/data/val-va" \
         > "$LOGS/data-val-va.log" 2>&1 || stamp "FAILED: val-va data"; fi &
   fi
@@ -300,9 +307,11 @@ merge() {  # arm: the first SHARDS shards of each of its kinds, merged into its 
 }
 init_args() {  # name → MODEL_ARGS: where the arm starts (init_source) and, for V-IRL arms with VIRL_GRID set,
                # the processor's pixel bound raised to the grid (model.max_pixels, shipped with the model): the
-               # small preset's bound is 224*224, so a 448-px grid would otherwise reach the model resized to 224
+               # small preset's bound is 224*224, so a 448-px grid would otherwise reach the model resized to 224;
+               # a joined TVR arm's bound is its two frames side by side (2*W*H: 94080 at 280x168, 120 tokens)
   init_source "$1"
   case $1 in virl-*) [ -n "${VIRL_GRID:-}" ] && MODEL_ARGS+=(--model.max_pixels=$(( VIRL_GRID * VIRL_GRID ))) ;; esac
+  case $1 in *-joined) MODEL_ARGS+=(--model.max_pixels=$(( 2 * W * H ))) ;; esac
   return 0
 }
 init_source() {  # name → MODEL_ARGS. INIT=scratch (default): the recipe's preset. INIT=shipped: the shipped

@@ -59,3 +59,28 @@ def test_a_malformed_block_is_named(tmp_path, tiny_builtin):
     (folder / "spatialrl_model.json").write_text(json.dumps({**meta, "eval": "width=280"}))
     with pytest.raises(DataError, match="spatialrl_model.json: field 'eval'"):
         model_eval_settings(f"hf:{folder}")
+
+
+def test_joined_frames_data_trains_and_its_model_asks_for_them_back(tmp_path, tvr_bench, tiny_builtin):
+    """frames=joined (one side-by-side image per action-only turn) is a dataset option like memory: the
+    data holds one (H, 2W) image per sample, and the trained model's eval settings bring the layout back."""
+    from PIL import Image
+
+    from spatialrl.envs.registry import get_suite
+    from spatialrl.train.data import build_sft_dataset
+
+    from .conftest import tvr_options
+
+    data = tmp_path / "joined"
+    build_sft_dataset(get_suite("tvr"), tvr_options(tvr_bench, memory="ao", frames="joined", limit=2), data,
+                      progress=False)
+    rows = [json.loads(line) for line in (data / "samples.jsonl").read_text().splitlines()]
+    images = [p["image"] for r in rows for m in r["messages"] for p in m["content"] if p["type"] == "image"]
+    assert rows and len(images) == len(rows)  # one image per sample, not two
+    assert {Image.open(data / im).size for im in images} == {(224, 64)}  # (W, H): two 112x64 frames
+    train(make_cfg(tmp_path / "run", data, tiny_builtin, max_steps=1, **{"model.max_pixels": 224 * 64}))
+    recorded = model_eval_settings(f"hf:{tmp_path / 'run' / 'final'}")["options"]
+    assert recorded["frames"] == "joined" and recorded["memory"] == "ao"
+    options: dict = {}
+    apply_model_settings(Console(record=True, width=200), f"hf:{tmp_path / 'run' / 'final'}", "tvr", options, {}, None)
+    assert options["frames"] == "joined"

@@ -5,6 +5,7 @@ import pytest
 
 from spatialrl.agents.base import images_of, text_of
 from spatialrl.envs.tvr.prompts import (
+    JOINED_LINE,
     SYSTEM_PROMPT,
     SYSTEM_PROMPT_COT,
     TVRPrompter,
@@ -106,9 +107,36 @@ def test_ao_sends_one_turn_with_a_text_history_of_recent_actions():
     assert "Step 1" not in text  # only the last history_len=2 entries
 
 
+def test_joined_frames_send_one_side_by_side_image_with_one_text_line():
+    assert user_text(VALID, joined=True) == (
+        "Your CURRENT observation (left) and the TARGET viewpoint you must match (right):\n<image>\n"
+        "Valid actions at this step: MoveAhead, RotateRight, RotateLeft, LookDown, Stop"
+    )
+    p = TVRPrompter("ao", history_len=2, frames="joined")
+    p.reset(img(7), info())
+    p.update("Action: MoveAhead", img(1), info(record={"action": "MoveAhead", "failure": None}))
+    conv = p.messages()
+    (image,) = images_of(conv)
+    assert image.shape == (4, 12, 3)  # (H, 2W): the current frame left, the target right, unscaled
+    assert (image[:, :6] == 1).all() and (image[:, 6:] == 255).all()
+    assert text_of(conv[1]) == (JOINED_LINE + "\n\nYour recent actions:\nStep 1: MoveAhead\n"
+                                "Valid actions at this step: MoveAhead, RotateRight, RotateLeft, LookDown, Stop")
+    separate = TVRPrompter("ao", history_len=2)  # the same turn in TVRBench's two images differs only there
+    separate.reset(img(7), info())
+    separate.update("Action: MoveAhead", img(1), info(record={"action": "MoveAhead", "failure": None}))
+    assert text_of(separate.messages()[1]).split("Your recent actions:")[1] == text_of(conv[1]).split(
+        "Your recent actions:")[1]
+
+
 def test_bad_options_and_order_of_calls():
     with pytest.raises(ValueError, match="memory mode"):
         TVRPrompter("full")
+    with pytest.raises(ValueError, match="frames layout"):
+        TVRPrompter("ao", frames="stacked")
+    with pytest.raises(ValueError, match="action-only"):
+        TVRPrompter("va", frames="joined")
+    with pytest.raises(ValueError, match="include_target"):
+        user_text(VALID, include_target=False, joined=True)
     with pytest.raises(RuntimeError):
         TVRPrompter().messages()
 

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from spatialrl.agents.expert import ExpertPolicy
@@ -35,6 +36,36 @@ def test_episodes_limit_categories_and_options(bench_dir):
         suite.episodes({"data": None})
     with pytest.raises(DataError, match="unknown split"):
         suite.episodes(opts(bench_dir, split="test"))
+    with pytest.raises(DataError, match="frames='stacked': expected one of separate, joined"):
+        suite.episodes(opts(bench_dir, frames="stacked"))
+    with pytest.raises(DataError, match="frames=joined needs memory=ao"):
+        suite.episodes(opts(bench_dir, frames="joined"))  # memory defaults to va
+
+
+def test_joined_frames_reach_the_policy_as_one_image_and_change_nothing_else(bench_dir):
+    from spatialrl.agents.base import images_of
+
+    suite = get_suite("tvr")
+    seen: dict[str, list] = {}
+
+    class Recording(ExpertPolicy):  # the expert's actions, with every turn's images kept
+        def __init__(self, key):
+            super().__init__()
+            self.key = key
+
+        def generate(self, conversations, sampling, infos=None):
+            seen.setdefault(self.key, []).extend(images_of(c) for c in conversations)
+            return super().generate(conversations, sampling, infos)
+
+    results = {}
+    for frames in ("separate", "joined"):
+        options = opts(bench_dir, memory="ao", frames=frames, limit=4)
+        res = run_episodes(suite, options, Recording(frames), suite.episodes(options), batch_size=4, progress=False)
+        results[frames] = [(e["episode_id"], e["success"], e["steps"]) for e in res.episodes]
+    assert results["joined"] == results["separate"]
+    assert len(seen["joined"]) == len(seen["separate"]) > 0
+    for two, (one,) in zip(seen["separate"], seen["joined"], strict=True):
+        assert one.shape == (27, 96, 3) and (one == np.concatenate(two, axis=1)).all()
 
 
 def test_expert_run_and_report_through_the_generic_runner(bench_dir, tmp_path):

@@ -182,7 +182,7 @@ def image_token_counts(processor: Any, sizes: list[tuple[int, int]]) -> dict[str
 # Task options that decide what a trained model sees; a model folder records the values it was trained
 # with (``spatialrl_model.json`` → ``eval``) and `spatialrl eval` applies them unless the user overrides.
 EVAL_OPTION_KEYS = ("width", "height", "memory", "cot", "target_once", "history_len", "window", "badges",
-                    "grid_size", "mode", "resolution", "intersection_in_text")
+                    "frames", "grid_size", "mode", "resolution", "intersection_in_text")
 
 
 def eval_settings_from_dataset(task: str, options: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:

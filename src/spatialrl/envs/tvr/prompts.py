@@ -20,6 +20,13 @@ Memory modes (the paper's two plus a window):
 
 ``target_once`` sends the target image only in the first user turn (VA/window; AO always sends it,
 since each AO call is a fresh conversation). Images arrive already badged by the env.
+
+``frames`` says how the current and target frames of a turn travel: ``separate`` (TVRBench's two images,
+the default) or ``joined`` — one image, the current frame on the left and the target on the right
+(``join_frames``), with the user text's two image lines merged into one (``JOINED_LINE``). A variant of
+ours for the built-in agents, not TVRBench's format: in a small vision tower the two frames of a joined
+image meet in its full-attention blocks, while two separate images meet only in the language model
+(docs/training.md, "One image or two?").
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from spatialrl.envs.tvr.lattice import ACTIONS
 IMAGE = "<image>"
 OMITTED = "[image omitted]"
 MEMORY_MODES = ("va", "ao", "window")
+FRAME_LAYOUTS = ("separate", "joined")
+JOINED_LINE = "Your CURRENT observation (left) and the TARGET viewpoint you must match (right):"
 
 SYSTEM_PROMPT = (
     "You are a navigation agent in an indoor environment. "
@@ -80,11 +89,17 @@ def system_prompt(cot: bool = False) -> str:
     return SYSTEM_PROMPT_COT if cot else SYSTEM_PROMPT
 
 
-def user_text(valid_actions: list[str], include_target: bool = True, history: list[str] | None = None) -> str:
+def user_text(valid_actions: list[str], include_target: bool = True, history: list[str] | None = None,
+              joined: bool = False) -> str:
     """One user turn as text with ``<image>`` placeholders (TVRBench's concat text when
-    ``include_target`` and no ``history``)."""
-    lines = ["Your CURRENT observation:", IMAGE]
-    if include_target:
+    ``include_target`` and no ``history``; ``joined``: one placeholder for both frames)."""
+    if joined:
+        if not include_target:
+            raise ValueError("a joined turn holds the target: include_target must be true")
+        lines = [JOINED_LINE, IMAGE]
+    else:
+        lines = ["Your CURRENT observation:", IMAGE]
+    if include_target and not joined:
         lines += ["TARGET viewpoint you must match:", IMAGE]
     if history:
         lines += ["Your recent actions:", *history]
@@ -113,6 +128,14 @@ def to_content(text: str, images: list[np.ndarray | None]) -> list[dict[str, Any
     return parts
 
 
+def join_frames(current: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """One ``(H, 2W, 3)`` image: ``current`` on the left, ``target`` on the right (same size, as the env
+    renders them)."""
+    if current.shape != target.shape:
+        raise ValueError(f"joined frames must have one size, got current {current.shape} and target {target.shape}")
+    return np.concatenate([current, target], axis=1)
+
+
 def history_line(step_number: int, record: dict[str, Any]) -> str:
     """One AO history entry from an env step record: ``Step 3: MoveAhead`` plus a warning on failure."""
     action = record.get("action") or "(no valid action)"
@@ -133,15 +156,20 @@ class TVRPrompter:
     """One episode's prompt memory (the ``Prompter`` contract of ``envs/registry.py``)."""
 
     def __init__(self, memory: str = "va", cot: bool = False, target_once: bool = False,
-                 history_len: int = 5, window: int = 4):
+                 history_len: int = 5, window: int = 4, frames: str = "separate"):
         if memory not in MEMORY_MODES:
             raise ValueError(f"unknown TVR memory mode {memory!r}; expected one of {', '.join(MEMORY_MODES)}")
+        if frames not in FRAME_LAYOUTS:
+            raise ValueError(f"unknown TVR frames layout {frames!r}; expected one of {', '.join(FRAME_LAYOUTS)}")
+        if frames == "joined" and (memory != "ao" or target_once):
+            # VA/window turns may drop one frame ([image omitted], target_once): one image cannot
+            raise ValueError("frames='joined' is built for action-only memory (memory='ao', target_once false)")
         if history_len < 0:
             raise ValueError(f"history_len must be >= 0, got {history_len}")
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
         self.memory, self.cot, self.target_once = memory, cot, target_once
-        self.history_len, self.window = history_len, window
+        self.history_len, self.window, self.frames = history_len, window, frames
         self.target: np.ndarray | None = None
         self.turns: list[_Turn] = []
 
@@ -184,6 +212,9 @@ class TVRPrompter:
         offset = len(done) - len(recent)
         history = [history_line(offset + k + 1, t.record) for k, t in enumerate(recent)]
         turn = self.turns[-1]
+        if self.frames == "joined":
+            text = user_text(turn.valid_actions, history=history, joined=True)
+            return {"role": "user", "content": to_content(text, [join_frames(turn.current, self.target)])}
         text = user_text(turn.valid_actions, include_target=True, history=history)
         return {"role": "user", "content": to_content(text, [turn.current, self.target])}
 

@@ -12,7 +12,10 @@ the episodes are the same as with one ``TVREnv`` per slot, tested; ``false`` goe
 ``env_workers`` (default 1: that vector env in this process; k > 1: a ``ShardedVectorEnv`` of k worker
 processes, each with its own ``TVRVectorEnv`` of about n/k envs and its own GL context, rendering into one
 shared observation array, so the host side of a step uses k cores; same episodes, tested).
-``vector_env`` and ``env_workers`` are not among ``DEFAULT_OPTIONS`` so that runs made before them resume unchanged.
+``frames`` separate|joined (default separate, TVRBench's two images; ``joined``: one side-by-side image per
+action-only turn, a built-in-agent variant, ``prompts.py``).
+``vector_env``, ``env_workers`` and ``frames`` are not among ``DEFAULT_OPTIONS`` so that runs made before them
+resume unchanged (an option set explicitly is recorded in the run's ``run.json`` as any other).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 from spatialrl.envs.registry import EpisodeSpec, TaskSuite, check_option_values, register_suite
 from spatialrl.envs.tvr import metrics
 from spatialrl.envs.tvr.episode import ACTION_RE
-from spatialrl.envs.tvr.prompts import MEMORY_MODES, TVRPrompter
+from spatialrl.envs.tvr.prompts import FRAME_LAYOUTS, MEMORY_MODES, TVRPrompter
 from spatialrl.envs.tvr.tasks import CATEGORIES, open_bench
 from spatialrl.envs.tvr.thoughts import tvr_thought
 from spatialrl.errors import DataError
@@ -48,8 +51,10 @@ DEFAULT_OPTIONS: dict[str, Any] = {
 }
 # Runtime choices that change no result and are not in DEFAULT_OPTIONS (a run's options stay as they were).
 _RUNTIME = {"vector_env": True, "env_workers": 1}
-_KNOWN = set(DEFAULT_OPTIONS) | set(_RUNTIME)
-_CHOICES = {"memory": MEMORY_MODES, "distance": ("euclidean", "geodesic")}  # split: the bench says which it has
+# Options added after runs existed that do change what the model sees: their default applies when unset.
+_LATER = {"frames": "separate"}
+_KNOWN = set(DEFAULT_OPTIONS) | set(_RUNTIME) | set(_LATER)
+_CHOICES = {"memory": MEMORY_MODES, "distance": ("euclidean", "geodesic"), "frames": FRAME_LAYOUTS}  # split: the bench says which it has
 _MINIMUM = {"history_len": 0, "window": 1, "width": 16, "height": 16, "cache_mb": 0, "max_steps_single": 1,
             "max_steps_multi": 1, "env_workers": 1}
 
@@ -58,8 +63,12 @@ def _options(options: dict[str, Any]) -> dict[str, Any]:
     unknown = set(options) - _KNOWN
     if unknown:
         raise DataError(f"unknown TVR option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_KNOWN))}")
-    check_option_values("tvr", options, {**DEFAULT_OPTIONS, **_RUNTIME}, choices=_CHOICES, minimum=_MINIMUM)
-    opts = {**DEFAULT_OPTIONS, **_RUNTIME, **options}
+    check_option_values("tvr", options, {**DEFAULT_OPTIONS, **_RUNTIME, **_LATER}, choices=_CHOICES,
+                        minimum=_MINIMUM)
+    opts = {**DEFAULT_OPTIONS, **_RUNTIME, **_LATER, **options}
+    if opts["frames"] == "joined" and (opts["memory"] != "ao" or opts["target_once"]):
+        raise DataError(f"TVR option frames=joined needs memory=ao and target_once=false (got memory={opts['memory']!r}, "
+                        f"target_once={opts['target_once']!r}): a VA chat may drop one frame of a turn, one image cannot")
     if not opts["data"]:
         raise DataError("TVR needs a bench folder: --data DIR (make one with `spatialrl tvr make-bench --out DIR`)")
     return opts
@@ -112,9 +121,12 @@ def make_vector_env(options: dict[str, Any], n: int):
 
 
 def make_prompter(options: dict[str, Any]) -> TVRPrompter:
-    o = {**DEFAULT_OPTIONS, **options}
-    return TVRPrompter(memory=o["memory"], cot=bool(o["cot"]), target_once=bool(o["target_once"]),
-                       history_len=int(o["history_len"]), window=int(o["window"]))
+    o = {**DEFAULT_OPTIONS, **_LATER, **options}
+    try:
+        return TVRPrompter(memory=o["memory"], cot=bool(o["cot"]), target_once=bool(o["target_once"]),
+                           history_len=int(o["history_len"]), window=int(o["window"]), frames=o["frames"])
+    except ValueError as e:
+        raise DataError(f"TVR options: {e}") from None
 
 
 def episodes(options: dict[str, Any]) -> list[EpisodeSpec]:
