@@ -64,6 +64,32 @@ def test_with_target_replaces_only_the_last_target(bench):
     assert original[-1]["image"] is not new  # the state itself is untouched
 
 
+def test_joined_states_probe_the_same_frames_in_one_image(bench):
+    """frames=joined: the same states, the pair as halves of one image; the target swap writes only the
+    right half, and a blinded model does not move."""
+    import numpy as np
+
+    from spatialrl.eval.image_probe import current_and_target
+
+    opts = {"width": 112, "height": 64}
+    separate = probe_states(bench, "eval", opts, n=4)
+    joined = probe_states(bench, "eval", {**opts, "frames": "joined"}, n=4)
+    for two, one in zip(separate, joined, strict=True):
+        assert sum(p["type"] == "image" for p in one[-1]["content"]) == 1
+        for a, b in zip(current_and_target(two), current_and_target(one), strict=True):
+            assert (np.asarray(a) == np.asarray(b)).all()
+    new = np.zeros((64, 112, 3), np.uint8)
+    (image,) = [p["image"] for p in with_target(joined[0], new)[-1]["content"] if p["type"] == "image"]
+    assert image.shape == (64, 224, 3) and (image[:, 112:] == 0).all()
+    assert (image[:, :112] == np.asarray(current_and_target(joined[0])[0])).all()
+    model, processor, _ = build_model("tiny", seed=1)
+    with torch.no_grad():
+        assert image_sensitivity(model, processor, joined)["target_swap_tv"] > 1e-4
+        for p in model.model.visual.merger.parameters():
+            p.zero_()
+        assert image_sensitivity(model, processor, joined)["target_swap_tv"] < 1e-6
+
+
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="the shipped TVR AO model (2026-12-05, seventh session) stops on its "
                                       "images but moves on them below the bar (200 test states: target-swap TV "

@@ -1,4 +1,4 @@
-"""train_builtin.sh's init_args: which weights each arm starts from (INIT, INIT_MAP), and the V-IRL arms'
+"""train_builtin.sh's init_args: which weights each arm starts from (INIT, INIT_MAP), and the V-IRL (and joined TVR) arms'
 pixel bound when VIRL_GRID is set."""
 
 from __future__ import annotations
@@ -46,3 +46,12 @@ def test_virl_grid_raises_the_virl_arms_pixel_bound(tmp_path):
     assert init_args("tvr-ao-sft", tmp_path, INIT="shipped", VIRL_GRID="448") == \
         "--model.path=builtin:tvr-ao-sft --model.preset_overrides={}"  # TVR arms keep theirs
     assert init_args("virl-sft", tmp_path, INIT="shipped") == "--model.path=builtin:virl-sft --model.preset_overrides={}"
+
+
+def test_a_joined_tvr_arm_gets_room_for_two_frames(tmp_path):
+    """tvr-ao-joined's image is two frames side by side: its bound is 2*W*H (94080 at 280x168, the GPU size),
+    or the processor would shrink it back to one frame's pixels."""
+    assert init_args("tvr-ao-joined", tmp_path, W="280", H="168") == "--model.max_pixels=94080"
+    assert init_args("tvr-ao-joined", tmp_path, INIT="shipped", W="112", H="64") == \
+        "--model.path=builtin:tvr-ao-sft --model.preset_overrides={} --model.max_pixels=14336"
+    assert init_args("tvr-ao-sft", tmp_path, W="280", H="168") == ""  # one frame per image: the preset's bound

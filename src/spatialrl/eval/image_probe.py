@@ -103,15 +103,30 @@ def _images(message: dict) -> list[int]:
     return [k for k, part in enumerate(message["content"]) if part["type"] == "image"]
 
 
+def _joined(message: dict) -> bool:
+    """Is this user turn's pair one side-by-side image (TVR ``frames=joined``)?"""
+    from spatialrl.envs.tvr.prompts import JOINED_LINE
+
+    return len(_images(message)) == 1 and any(p["type"] == "text" and JOINED_LINE in p["text"]
+                                              for p in message["content"])
+
+
 def with_target(conversation: list[dict], image: np.ndarray) -> list[dict]:
-    """The conversation with the last user turn's target (its last image) replaced by ``image``."""
+    """The conversation with the last user turn's target (its last image, or the right half of a joined
+    one) replaced by ``image``."""
+    from spatialrl.envs.tvr.prompts import join_frames
+
     out = [dict(m) for m in conversation]
     last = out[-1]
     slots = _images(last)
-    if len(slots) < 2:
-        raise DataError("probe state: the last user turn has no current + target image pair")
     content = list(last["content"])
-    content[slots[-1]] = {"type": "image", "image": image}
+    if _joined(last):
+        current = np.asarray(current_and_target(conversation)[0])
+        content[slots[0]] = {"type": "image", "image": join_frames(current, np.asarray(image))}
+    elif len(slots) < 2:
+        raise DataError("probe state: the last user turn has no current + target image pair")
+    else:
+        content[slots[-1]] = {"type": "image", "image": image}
     out[-1] = {**last, "content": content}
     return out
 
@@ -142,8 +157,14 @@ def with_history(conversation: list[dict], block: str) -> list[dict]:
 
 
 def current_and_target(conversation: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """The last user turn's current and target frames: its first and last image, or the halves of a
+    joined one."""
     slots = _images(conversation[-1])
     parts = conversation[-1]["content"]
+    if _joined(conversation[-1]):
+        image = np.asarray(parts[slots[0]]["image"])
+        half = image.shape[1] // 2
+        return image[:, :half], image[:, half:]
     return parts[slots[0]]["image"], parts[slots[-1]]["image"]
 
 
@@ -357,7 +378,8 @@ def _tvr(model: Any, processor: Any, data: str | Path, split: str, options: dict
          seed: int) -> dict[str, Any]:
     # the probe fixes the memory mode (AO: one current + target pair); only the image settings carry over
     # (and the history length: a model trained without the history is probed without it)
-    opts = {k: v for k, v in options.items() if k in ("width", "height", "badges", "history_len")}
+    # (and the frame layout: a model trained on joined frames is probed with them)
+    opts = {k: v for k, v in options.items() if k in ("width", "height", "badges", "history_len", "frames")}
     states, optimal = labelled_probe_states(data, split, opts, n, seed)
     return image_sensitivity(model, processor, states, seed, optimal=optimal)
 
