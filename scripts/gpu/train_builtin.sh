@@ -302,7 +302,8 @@ merge() {  # arm: the first SHARDS shards of each of its kinds, merged into its 
   for prefix in $(arm "$name" | cut -d' ' -f6-); do
     for k in $(seq 1 "${SHARDS:-100}"); do [ -f "$WORK/data/$prefix-$k/meta.json" ] && shards+=("$WORK/data/$prefix-$k"); done
   done
-  spatialrl data merge "${shards[@]}" --out "$WORK/data/$name" --overwrite > "$LOGS/merge-$name.log" 2>&1 \
+  # (COLUMNS: rich would wrap a long output path onto a line of its own, and the stamp reads the last line)
+  COLUMNS=400 spatialrl data merge "${shards[@]}" --out "$WORK/data/$name" --overwrite > "$LOGS/merge-$name.log" 2>&1 \
     && stamp "data $name: $(tail -n 1 "$LOGS/merge-$name.log")" || stamp "FAILED: merge $name"
 }
 init_args() {  # name → MODEL_ARGS: where the arm starts (init_source) and, for V-IRL arms with VIRL_GRID set,
