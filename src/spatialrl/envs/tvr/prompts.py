@@ -99,8 +99,8 @@ def user_text(valid_actions: list[str], include_target: bool = True, history: li
         lines = [JOINED_LINE, IMAGE]
     else:
         lines = ["Your CURRENT observation:", IMAGE]
-    if include_target and not joined:
-        lines += ["TARGET viewpoint you must match:", IMAGE]
+        if include_target:
+            lines += ["TARGET viewpoint you must match:", IMAGE]
     if history:
         lines += ["Your recent actions:", *history]
     lines.append(f"Valid actions at this step: {', '.join(valid_actions)}")
@@ -126,6 +126,16 @@ def to_content(text: str, images: list[np.ndarray | None]) -> list[dict[str, Any
     if buf:
         parts.append({"type": "text", "text": buf})
     return parts
+
+
+def check_frames(frames: str, memory: str, target_once: bool) -> None:
+    """ValueError unless ``frames`` is a layout this memory can send (the one home of the rule)."""
+    if frames not in FRAME_LAYOUTS:
+        raise ValueError(f"unknown TVR frames layout {frames!r}; expected one of {', '.join(FRAME_LAYOUTS)}")
+    if frames == "joined" and (memory != "ao" or target_once):
+        # VA/window turns may drop one frame ([image omitted], target_once): one image cannot
+        raise ValueError(f"frames=joined needs memory=ao and target_once=false (action-only memory; got "
+                         f"memory={memory!r}, target_once={target_once!r})")
 
 
 def join_frames(current: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -159,11 +169,7 @@ class TVRPrompter:
                  history_len: int = 5, window: int = 4, frames: str = "separate"):
         if memory not in MEMORY_MODES:
             raise ValueError(f"unknown TVR memory mode {memory!r}; expected one of {', '.join(MEMORY_MODES)}")
-        if frames not in FRAME_LAYOUTS:
-            raise ValueError(f"unknown TVR frames layout {frames!r}; expected one of {', '.join(FRAME_LAYOUTS)}")
-        if frames == "joined" and (memory != "ao" or target_once):
-            # VA/window turns may drop one frame ([image omitted], target_once): one image cannot
-            raise ValueError("frames='joined' is built for action-only memory (memory='ao', target_once false)")
+        check_frames(frames, memory, target_once)
         if history_len < 0:
             raise ValueError(f"history_len must be >= 0, got {history_len}")
         if window < 1:

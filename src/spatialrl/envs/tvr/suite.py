@@ -25,7 +25,7 @@ from typing import Any
 from spatialrl.envs.registry import EpisodeSpec, TaskSuite, check_option_values, register_suite
 from spatialrl.envs.tvr import metrics
 from spatialrl.envs.tvr.episode import ACTION_RE
-from spatialrl.envs.tvr.prompts import FRAME_LAYOUTS, MEMORY_MODES, TVRPrompter
+from spatialrl.envs.tvr.prompts import FRAME_LAYOUTS, MEMORY_MODES, TVRPrompter, check_frames
 from spatialrl.envs.tvr.tasks import CATEGORIES, open_bench
 from spatialrl.envs.tvr.thoughts import tvr_thought
 from spatialrl.errors import DataError
@@ -66,9 +66,10 @@ def _options(options: dict[str, Any]) -> dict[str, Any]:
     check_option_values("tvr", options, {**DEFAULT_OPTIONS, **_RUNTIME, **_LATER}, choices=_CHOICES,
                         minimum=_MINIMUM)
     opts = {**DEFAULT_OPTIONS, **_RUNTIME, **_LATER, **options}
-    if opts["frames"] == "joined" and (opts["memory"] != "ao" or opts["target_once"]):
-        raise DataError(f"TVR option frames=joined needs memory=ao and target_once=false (got memory={opts['memory']!r}, "
-                        f"target_once={opts['target_once']!r}): a VA chat may drop one frame of a turn, one image cannot")
+    try:
+        check_frames(opts["frames"], opts["memory"], opts["target_once"])
+    except ValueError as e:
+        raise DataError(f"TVR option {e}") from None
     if not opts["data"]:
         raise DataError("TVR needs a bench folder: --data DIR (make one with `spatialrl tvr make-bench --out DIR`)")
     return opts
