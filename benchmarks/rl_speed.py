@@ -72,6 +72,7 @@ def common_overrides(args: argparse.Namespace, data: Path, out: Path, offload: b
         "sampling.kv_cache": args.kv, "sampling.merge_lora": args.merge,
         "model.lora.enabled": args.lora_r > 0, "model.lora.r": max(args.lora_r, 1),
         "model.lora.alpha": 2 * max(args.lora_r, 1), "model.lora.merge_on_save": False,
+        "model.compile": args.compiled,
         "offload_master_weights": not args.no_master,
         "sampling.max_new_tokens": args.new_tokens, "sampling.top_p": 1.0,
         "task.name": "virl", "task.data": str(data), "task.max_tokens": 32768,
@@ -201,6 +202,9 @@ def main() -> None:
                          "the base weights and vision tower stay frozen)")
     ap.add_argument("--merge-lora", nargs="+", default=["off"], choices=["off", "on"],
                     help="with --lora: sample rollouts from a merged copy (sampling.merge_lora) per row")
+    ap.add_argument("--compile", nargs="+", default=["off"], choices=["off", "on"],
+                    help="regional torch.compile of the trained model's repeated blocks (model.compile: the "
+                         "decoder layers with their LoRA adapters, fused) per row; the scoring pass and epochs")
     ap.add_argument("--no-master", action="store_true",
                     help="with --offload cpu: no fp32 master copy on the host (offload_master_weights=false)")
     ap.add_argument("--profile", action="store_true",
@@ -230,15 +234,16 @@ def main() -> None:
     data = write_dataset(tmp / "city", random_routes(16, seed=0), pano_size=(1024, 512))
 
     rows = []
-    grid = [(o, c, k, r, m, sh, g) for o in args.offload for c in args.vision_cache_mb for k in args.kv_cache for r in args.lora
-            for m in args.minibatch_size for sh in args.shuffle for g in args.merge_lora]
+    grid = [(o, c, k, r, m, sh, g, cc) for o in args.offload for c in args.vision_cache_mb for k in args.kv_cache
+            for r in args.lora for m in args.minibatch_size for sh in args.shuffle for g in args.merge_lora
+            for cc in args.compile]
     per_step = args.minibatch_size[0] * args.grad_accum
-    for offload, cache_mb, kv, lora_r, mb, order, merge in grid:
+    for offload, cache_mb, kv, lora_r, mb, order, merge, compiled in grid:
         # shuffle episodes: a micro-batch holds mb conversations of ~num_steps/num_envs samples each (an
         # episode longer than the update's turns); the optimiser step keeps ~per_step samples
         per_micro = mb * (max(1, args.num_steps // args.num_envs) if order == "episodes" else 1)
         args.cache_mb, args.kv, args.lora_r, args.mb, args.accum = cache_mb, kv, lora_r, mb, max(1, per_step // per_micro)
-        args.order, args.merge = order, merge == "on" and lora_r > 0
+        args.order, args.merge, args.compiled = order, merge == "on" and lora_r > 0, compiled == "on"
         for algo in args.algos:
             model, processor = build(args.model, args.device)
             params = sum(p.numel() for p in model.parameters())
@@ -246,14 +251,14 @@ def main() -> None:
                 torch.cuda.reset_peak_memory_stats()
             runner = run_ppo if algo == "ppo" else run_grpo
             try:
-                run_dir = tmp / f"{algo}-{offload}-{cache_mb:g}-{kv}-{lora_r}-{mb}-{order}-{merge}"
+                run_dir = tmp / f"{algo}-{offload}-{cache_mb:g}-{kv}-{lora_r}-{mb}-{order}-{merge}-{compiled}"
                 row = runner(args, model, processor, data, run_dir, offload == "cpu")
             except torch.OutOfMemoryError as e:
                 row = {"algo": algo, "offload": offload == "cpu", "error": f"out of memory: {str(e)[:200]}"}
             if algo == "ppo":
                 row["score_train_tflops_est"] = score_train_tflops(row, param_split(model), lora_r > 0)
             row.update(params=params, vision_cache_mb=cache_mb, kv_cache=kv, lora_r=lora_r, merge_lora=args.merge, minibatch_size=mb,
-                       shuffle=order if algo == "ppo" else None)
+                       shuffle=order if algo == "ppo" else None, compile=args.compiled)
             if args.device != "cpu":
                 row["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
             rows.append(row)
@@ -265,12 +270,13 @@ def main() -> None:
                 torch.cuda.empty_cache()
 
     print(f"\n{args.model} on {machine}; V-IRL VL {args.grid_size}² grids, {args.new_tokens}-token answers")
-    print(f"{'algo':<5} {'offload':<8} {'cache MB':>8} {'kv':<7} {'lora':>4} {'merge':<5} {'mb':>3} {'shuffle':<7} {'samples/min':>11} "
+    print(f"{'algo':<5} {'offload':<8} {'cache MB':>8} {'kv':<7} {'lora':>4} {'merge':<5} {'mb':>3} {'shuffle':<7} {'compile':<7} {'samples/min':>11} "
           f"{'update s':>9} {'rollout s':>9} {'generate':>8} {'env':>5} {'tokenize':>8} {'score+train':>11} {'peak GiB':>9} "
           f"{'samples/conv':>12} {'epoch tokens':>12} {'TFLOP/s est':>11}")
     for r in rows:
         lead = (f"{r['algo']:<5} {str(r['offload']):<8} {r['vision_cache_mb']:>8.0f} {r['kv_cache']:<7} {r['lora_r']:>4} "
-                f"{str(r.get('merge_lora', False)):<5} {r['minibatch_size']:>3} {str(r.get('shuffle') or '-'):<7}")
+                f"{str(r.get('merge_lora', False)):<5} {r['minibatch_size']:>3} {str(r.get('shuffle') or '-'):<7} "
+                f"{str(r.get('compile', False)):<7}")
         if "error" in r:
             print(f"{lead} {r['error']}")
             continue
