@@ -27,18 +27,31 @@ def _loss_and_grads(model, batch):
 
 
 @pytest.mark.slow
-def test_compiled_blocks_train_like_the_eager_model(tvr_ao_data, tiny_builtin):
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_compiled_blocks_train_like_the_eager_model(tvr_ao_data, tiny_builtin, lora):
+    """With LoRA (the RL trainers' fast rows, ``rl_speed.py --compile on``) the blocks hold peft's wrapped
+    projections, compiled with them; only the adapters get gradients."""
     from transformers import AutoModelForImageTextToText
 
     torch._dynamo.reset()
     processor = load_processor(tiny_builtin)
     eager = AutoModelForImageTextToText.from_pretrained(tiny_builtin)
     model_family(eager).prepare_model(eager)
+    blocks = len(eager.model.language_model.layers) + len(eager.model.visual.blocks)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        torch.manual_seed(0)
+        eager = get_peft_model(eager, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
+                                                 target_modules=["q_proj", "v_proj", "down_proj"]))
+        for name, p in eager.named_parameters():  # B starts at zero: make the adapters' output count
+            if "lora_B" in name:
+                torch.nn.init.normal_(p, std=0.02)
     eager.train()
     compiled = copy.deepcopy(eager)
     names = [n for n, _ in compiled.named_parameters()]
     n = compile_blocks(compiled)
-    assert n == len(eager.model.language_model.layers) + len(eager.model.visual.blocks)
+    assert n == blocks
     assert [n for n, _ in compiled.named_parameters()] == names  # in place: no _orig_mod in any name
     assert compiled.state_dict().keys() == eager.state_dict().keys()
     batcher = TensorBatcher(compile_dataset(tvr_ao_data, processor, "qwen2_5_vl"), processor.tokenizer.pad_token_id)
@@ -50,6 +63,7 @@ def test_compiled_blocks_train_like_the_eager_model(tvr_ao_data, tiny_builtin):
         got_loss, got = _loss_and_grads(compiled, batch)
         assert got_loss == pytest.approx(want_loss, rel=1e-4)
         assert got.keys() == want.keys()
+        assert not lora or all("lora_" in key for key in want)
         for key in want:
             torch.testing.assert_close(got[key], want[key], atol=1e-4, rtol=1e-3, msg=key)
     assert len(widths) == 2, widths  # two shapes: the recompile for dynamic shapes is exercised
