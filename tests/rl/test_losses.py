@@ -157,6 +157,7 @@ def test_ppo_policy_loss_is_one_with_identical_policies(ratio):
     loss, st = losses.ppo_policy_loss(logp, logp.clone(), PPO_WEIGHTS, PPO_ADV, 0.1, 10.0, ratio)
     assert close(st["ratio"], [1.0, 1.0]) and close(st["approx_kl"], [0.0, 0.0])
     assert st["clipped_sequence"].sum() == 0 and st["clipped_tokens"].sum() == 0
+    assert close(st["kl_sequence"], [0.0, 0.0]) and close(st["kl_tokens"], [0.0, 0.0])
     assert close(st["tokens"], [3.0, 2.0])
     assert close(loss, -PPO_ADV)  # −min(A, A) whatever the weighting
 
@@ -173,12 +174,17 @@ def test_ppo_policy_loss_per_token_by_hand():
     assert close(st["ratio"], [(1.05 + 1.3 + 0.75) / 3, (0.7 + 1.0) / 2], tol=1e-5)
     k3 = lambda r: (r - 1) - math.log(r)  # noqa: E731
     assert close(st["approx_kl"], [(k3(1.05) + k3(1.3) + k3(0.75)) / 3, (k3(0.7) + k3(1.0)) / 2], tol=1e-6)
+    # both KLs in either variant: the tokens' own k3 summed over the answer, and the sequence ratio's
+    assert close(st["kl_tokens"], [k3(1.05) + k3(1.3) + k3(0.75), k3(0.7) + k3(1.0)], tol=1e-6)
+    assert close(st["kl_sequence"], [k3(1.05 ** 0.5 * 1.3 * 0.75), k3(0.7)], tol=1e-6)
     # the sequence ratios of the same tokens: 1.05^0.5 · 1.3 · 0.75 ≈ 0.9991 (inside 1 ± 0.2), 0.7 (clipped)
     seq_loss, seq = losses.ppo_policy_loss(new, old, PPO_WEIGHTS, PPO_ADV, 0.2, None, "sequence")
     r0 = 1.05 ** 0.5 * 1.3 * 0.75
     assert close(seq["ratio"], [r0, 0.7], tol=1e-5) and close(seq["clipped_sequence"], [0.0, 1.0])
     assert close(seq_loss, [-r0, 1.6], tol=1e-5)
     assert close(seq["clipped_tokens"], st["clipped_tokens"])  # token diagnostics in either variant
+    assert close(seq["kl_tokens"], st["kl_tokens"]) and close(seq["kl_sequence"], st["kl_sequence"])
+    assert close(seq["approx_kl"], seq["kl_sequence"])
     # the gradient reaches only answer tokens, through the term min() picked (d/dlogp of −w·ρA / Σw):
     # 1.3 is cut at 1.2 (no gradient), 0.75 < 0.8 keeps its unclipped term, row 1's 0.7 takes the clipped one
     new.requires_grad_(True)

@@ -106,6 +106,8 @@ def test_both_ratios_are_one_with_unchanged_weights(tmp_path, tiny_model_dir, le
         assert last["losses/approx_kl"] == pytest.approx(0.0, abs=1e-6), ratio
         for key in ("ppo/clip_fraction", "ppo/clip_fraction_sequence", "ppo/clip_fraction_token", "losses/clipfrac"):
             assert last[key] == 0.0, (ratio, key)
+        for key in ("ppo/approx_kl_sequence", "ppo/approx_kl_token"):
+            assert last[key] == pytest.approx(0.0, abs=1e-6), (ratio, key)
         assert -math.inf < last["value/explained_variance"] <= 1.0
 
 
@@ -143,6 +145,9 @@ def test_token_and_sequence_ratios_on_the_same_rollout(tmp_path, tiny_model_dir,
     assert seq["ppo/clip_fraction"] == seq["ppo/clip_fraction_sequence"]
     assert tok["ppo/clip_fraction"] == tok["ppo/clip_fraction_token"] == tok["losses/clipfrac"]
     assert 0.0 < tok["ppo/clip_fraction_token"] < 1.0 and 0.0 < seq["ppo/clip_fraction_sequence"] <= 1.0
+    # the variant's approx. KL is one of the two logged ones
+    assert seq["losses/approx_kl"] == pytest.approx(seq["ppo/approx_kl_sequence"])
+    assert tok["ppo/approx_kl_token"] > 0.0 and seq["ppo/approx_kl_sequence"] > 0.0
     assert seq["losses/action_loss"] != tok["losses/action_loss"]  # a different objective was optimised
 
 

@@ -168,7 +168,10 @@ def ppo_policy_loss(
     Diagnostics (``(B,)`` each) of both ratios whatever ``ratio`` is, so runs of either variant report
     what the other would have clipped: ``ratio`` / ``approx_kl`` of the variant in use (token: plain
     means over the answer's tokens), ``clipped_sequence`` (1 where |ρ − 1| > ε), ``clipped_tokens`` and
-    ``tokens`` (answer tokens with |ρ_t − 1| > ε, and all answer tokens).
+    ``tokens`` (answer tokens with |ρ_t − 1| > ε, and all answer tokens), ``kl_sequence`` (the sequence
+    ratio's k3 KL) and ``kl_tokens`` (the sum of the answer tokens' own k3 KLs: over ``tokens``, the
+    per-token KL). At T 0.2 a sequence KL sums ~100 tokens' drift through exp, so the two tell apart a
+    few tokens that moved far from many that moved a little (issue 24's precision check).
     """
     mask = (weights > 0).to(token_logp.dtype)
     seq_loss, seq = clipped_policy_loss(weighted_sequence_logprob(token_logp, weights),
@@ -177,7 +180,8 @@ def ppo_policy_loss(
     tok_loss, tok = clipped_policy_loss(token_logp, old_token_logp, advantages[:, None].expand_as(token_logp),
                                         clip, ratio_guard)
     stats = {"clipped_sequence": seq["clipped"], "clipped_tokens": masked_sum(tok["clipped"], mask, dim=-1),
-             "tokens": mask.sum(-1)}
+             "tokens": mask.sum(-1), "kl_sequence": seq["approx_kl"],
+             "kl_tokens": masked_sum(tok["approx_kl"], mask, dim=-1)}
     if ratio == "sequence":
         return seq_loss, {**stats, "ratio": seq["ratio"], "approx_kl": seq["approx_kl"]}
     if ratio != "token":

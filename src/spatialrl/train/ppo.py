@@ -310,7 +310,7 @@ def optimise(cfg: PPOConfig, run: Run, flat: list[Sample], head: Any, turns: Tur
     warmup = update < cfg.critic_warmup
     value_head = rl_common.critic_head(head, cfg.detach_critic or warmup)
     sums = dict.fromkeys(("action_loss", "value_loss", "entropy", "approx_kl", "ratio", "n",
-                          "clipped_sequence", "clipped_tokens", "tokens"), 0.0)
+                          "clipped_sequence", "clipped_tokens", "tokens", "kl_sequence", "kl_tokens"), 0.0)
     counts: dict[str, float] = {}  # the epochs' decoder input tokens
     grad_norms: list[float] = []
     order_rng = np.random.default_rng([cfg.seed, run.rank, update])
@@ -348,7 +348,8 @@ def optimise(cfg: PPOConfig, run: Run, flat: list[Sample], head: Any, turns: Tur
                 sums["n"] += k
                 sums["action_loss"] += float(action_loss.detach()) * k
                 sums["value_loss"] += float(value_loss.detach()) * k
-                for key in ("approx_kl", "ratio", "clipped_sequence", "clipped_tokens", "tokens"):
+                for key in ("approx_kl", "ratio", "clipped_sequence", "clipped_tokens", "tokens", "kl_sequence",
+                            "kl_tokens"):
                     sums[key] += float(st[key].sum())
                 if entropy is not None:
                     sums["entropy"] += float(entropy.detach().sum())

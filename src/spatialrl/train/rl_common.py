@@ -114,12 +114,15 @@ def ppo_loss_metrics(sums: dict[str, float], ratio: str) -> dict[str, float]:
     """PPO's ``losses/*`` (per-sample means of the epochs' sample-summed statistics) and clip fractions:
     ``ppo/clip_fraction_sequence`` (share of samples whose sequence ratio left 1 ± ε),
     ``ppo/clip_fraction_token`` (share of answer tokens whose own ratio did), and ``ppo/clip_fraction``
-    (= ``losses/clipfrac``), the one of the ``ratio`` variant in use."""
+    (= ``losses/clipfrac``), the one of the ``ratio`` variant in use; the k3 KL of both ratios whatever
+    the variant: ``ppo/approx_kl_sequence`` (per sample) and ``ppo/approx_kl_token`` (per answer token)."""
     sums = dict(sums)
     n = max(1.0, sums.pop("n"))
-    clipped = {"sequence": sums.pop("clipped_sequence") / n,
-               "token": sums.pop("clipped_tokens") / max(1.0, sums.pop("tokens"))}
+    tokens = max(1.0, sums.pop("tokens"))
+    clipped = {"sequence": sums.pop("clipped_sequence") / n, "token": sums.pop("clipped_tokens") / tokens}
+    kl = {"sequence": sums.pop("kl_sequence") / n, "token": sums.pop("kl_tokens") / tokens}
     out = {f"losses/{k}": v / n for k, v in sums.items()}
     out.update({"ppo/clip_fraction": clipped[ratio], "losses/clipfrac": clipped[ratio],
-                "ppo/clip_fraction_sequence": clipped["sequence"], "ppo/clip_fraction_token": clipped["token"]})
+                "ppo/clip_fraction_sequence": clipped["sequence"], "ppo/clip_fraction_token": clipped["token"],
+                "ppo/approx_kl_sequence": kl["sequence"], "ppo/approx_kl_token": kl["token"]})
     return out
