@@ -124,7 +124,17 @@ def main() -> None:
     host = torch.cuda.get_device_name(0) if torch.cuda.is_available() else machine()
     work = Path(tempfile.mkdtemp(prefix="ppo-precision-"))
     data = write_dataset(work / "city", random_routes(16, seed=0), pano_size=(512, 256))
-    rows = [measure(d, sh, c == "on", data, work, args) for d in args.dtypes for sh in args.shuffle for c in args.compile]
+    slug = "".join(c if c.isalnum() else "-" for c in host.lower()).strip("-")[:40]
+    out = Path(args.out or HERE / "results" / f"ppo_precision-{slug}.json")
+    header = {"benchmark": "ppo_precision", "machine": host, "git_commit": git_commit(),
+              "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "torch": torch.__version__, "args": vars(args)}
+    rows = []
+    for d in args.dtypes:
+        for sh in args.shuffle:
+            for c in args.compile:
+                rows.append(measure(d, sh, c == "on", data, work, args))
+                print(rows[-1], flush=True)
+                atomic_write_json(out, {**header, "rows": rows})  # after every row: a cut run keeps what it measured
     levers = f", LoRA r {args.lora}" if args.lora else ""
     print(f"\nPPO ratios at lr 0 ({args.model}{levers}, V-IRL VL {args.grid_size}², T 0.2, {args.num_steps} steps, "
           f"micro-batch {args.minibatch_size}) on {host}")
@@ -133,11 +143,7 @@ def main() -> None:
     for r in rows:
         print(f"{r['dtype']:<10} {r['shuffle']:<8} {str(r['compile']):<7} {r['approx_kl']:>10.4f} {r['clipfrac']:>9.3f} "
               f"{r['ratio']:>8.3f} {r['approx_kl_token']:>10.2e} {r['clipfrac_token']:>10.3f}")
-    slug = "".join(c if c.isalnum() else "-" for c in host.lower()).strip("-")[:40]
-    out = Path(args.out or HERE / "results" / f"ppo_precision-{slug}.json")
-    atomic_write_json(out, {"benchmark": "ppo_precision", "machine": host, "git_commit": git_commit(),
-                            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                            "torch": torch.__version__, "args": vars(args), "rows": rows})
+    atomic_write_json(out, {**header, "rows": rows})
     print(f"wrote {out}")
 
 
