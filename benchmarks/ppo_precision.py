@@ -42,12 +42,13 @@ from common import git_commit, machine
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 HERE = Path(__file__).resolve().parent
+# built by rl_speed.build, passed prebuilt
 RANDOM_MODELS = ("llama11b-random", "mllama-small-random", "qwen25vl7b-random", "qwen25vl-small-random")
-# (built by rl_speed.build, passed prebuilt)
 
 
 def measure(dtype: str, shuffle: str, compiled: bool, data: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     import torch
+    from rl_speed import build, lever_overrides  # a sibling script: benchmarks/ is on sys.path
 
     from spatialrl.io import read_jsonl
     from spatialrl.train.common import reset_accelerate_state
@@ -63,23 +64,16 @@ def measure(dtype: str, shuffle: str, compiled: bool, data: Path, work: Path, ar
             "checkpoint.every": 0, "logging.report_to": "none", "task.name": "virl", "task.data": str(data),
             "task.options": {"mode": "vl", "grid_size": args.grid_size, "episodes": 256, "seed": 1},
             # the fast rows' levers (rl_speed.py); all off by default
-            "model.freeze_vision": args.freeze_vision, "model.compile": compiled,
-            "model.lora.enabled": args.lora > 0, "model.lora.r": max(args.lora, 1), "model.lora.alpha": 2 * max(args.lora, 1),
-            "model.lora.merge_on_save": False, "sampling.vision_cache_mb": args.vision_cache_mb,
-            "sampling.kv_cache": args.kv_cache, "sampling.merge_lora": args.merge_lora and args.lora > 0}
-    prebuilt, stop_after = None, None
-    if args.lora > 0 or compiled:  # no final export: a LoRA or compiled run is a check, not a model
-        stop_after = 1
+            **lever_overrides(args.freeze_vision, args.vision_cache_mb, args.kv_cache, args.lora, args.merge_lora,
+                              compiled)}
+    prebuilt = None
     if args.model in RANDOM_MODELS:
-        from rl_speed import build  # a sibling script: benchmarks/ is on sys.path
-
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        prebuilt, stop_after = build(args.model, device), 1  # one update, no final export
+        prebuilt = build(args.model, device)
         prebuilt[0].to(torch.bfloat16 if dtype == "bfloat16" else torch.float32)
         over.update({"model.path": "prebuilt", "task.max_tokens": 32768})
-    try:
-        train(load_config(PPOConfig, HERE.parent / "configs/ppo/tiny_cpu.yaml", over), prebuilt=prebuilt,
-              stop_after=stop_after)
+    try:  # one update and no final export (21 GB for the 11B): a check, not a model
+        train(load_config(PPOConfig, HERE.parent / "configs/ppo/tiny_cpu.yaml", over), prebuilt=prebuilt, stop_after=1)
     finally:
         reset_accelerate_state()  # the next dtype builds a new Accelerator with another mixed precision in this process
         prebuilt = None
@@ -143,7 +137,6 @@ def main() -> None:
     for r in rows:
         print(f"{r['dtype']:<10} {r['shuffle']:<8} {str(r['compile']):<7} {r['approx_kl']:>10.4f} {r['clipfrac']:>9.3f} "
               f"{r['ratio']:>8.3f} {r['approx_kl_token']:>10.2e} {r['clipfrac_token']:>10.3f}")
-    atomic_write_json(out, {**header, "rows": rows})
     print(f"wrote {out}")
 
 

@@ -63,16 +63,22 @@ def build(name: str, device: str, seed: int = 0) -> tuple[Any, Any]:
     return policy.model, policy.processor
 
 
+def lever_overrides(freeze_vision: bool, cache_mb: float, kv: str, lora_r: int, merge: bool,
+                    compiled: bool) -> dict[str, Any]:
+    """The fast rows' levers as config overrides (also ``ppo_precision.py``'s): LoRA r (0: full model,
+    alpha 2r), frozen tower, vision cache, rollout KV cache, merged-copy rollouts, compiled blocks."""
+    return {"model.freeze_vision": freeze_vision, "sampling.vision_cache_mb": cache_mb, "sampling.kv_cache": kv,
+            "sampling.merge_lora": merge and lora_r > 0, "model.lora.enabled": lora_r > 0,
+            "model.lora.r": max(lora_r, 1), "model.lora.alpha": 2 * max(lora_r, 1),
+            "model.lora.merge_on_save": False, "model.compile": compiled}
+
+
 def common_overrides(args: argparse.Namespace, data: Path, out: Path, offload: bool) -> dict[str, Any]:
     return {
         "output_dir": str(out), "updates": args.updates, "checkpoint.every": 0, "logging.report_to": "none",
         "model.path": "prebuilt", "model.dtype": "bfloat16" if args.device != "cpu" else "float32",
         "model.gradient_checkpointing": args.gradient_checkpointing, "optimizer_offload": offload,
-        "model.freeze_vision": args.freeze_vision, "sampling.vision_cache_mb": args.cache_mb,
-        "sampling.kv_cache": args.kv, "sampling.merge_lora": args.merge,
-        "model.lora.enabled": args.lora_r > 0, "model.lora.r": max(args.lora_r, 1),
-        "model.lora.alpha": 2 * max(args.lora_r, 1), "model.lora.merge_on_save": False,
-        "model.compile": args.compiled,
+        **lever_overrides(args.freeze_vision, args.cache_mb, args.kv, args.lora_r, args.merge, args.compiled),
         "offload_master_weights": not args.no_master,
         "sampling.max_new_tokens": args.new_tokens, "sampling.top_p": 1.0,
         "task.name": "virl", "task.data": str(data), "task.max_tokens": 32768,

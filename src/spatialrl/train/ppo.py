@@ -299,6 +299,10 @@ def advantages(cfg: PPOConfig, upd: Update, next_value: torch.Tensor) -> None:
             x.advantage, x.ret = float(norm_adv[t, n]), float(upd.returns[t, n])
 
 
+# losses.ppo_policy_loss's per-sample statistics, summed over an update's forwards (rl_common.ppo_loss_metrics)
+POLICY_STATS = ("approx_kl", "ratio", "clipped_sequence", "clipped_tokens", "tokens", "kl_sequence", "kl_tokens")
+
+
 def optimise(cfg: PPOConfig, run: Run, flat: list[Sample], head: Any, turns: TurnTokenizer, update: int,
              vision: tuple[Any, Any] | None, say: Callable[[str], None] | None, t0: float,
              ) -> tuple[dict[str, float], list[float]]:
@@ -309,8 +313,7 @@ def optimise(cfg: PPOConfig, run: Run, flat: list[Sample], head: Any, turns: Tur
     model.train()
     warmup = update < cfg.critic_warmup
     value_head = rl_common.critic_head(head, cfg.detach_critic or warmup)
-    sums = dict.fromkeys(("action_loss", "value_loss", "entropy", "approx_kl", "ratio", "n",
-                          "clipped_sequence", "clipped_tokens", "tokens", "kl_sequence", "kl_tokens"), 0.0)
+    sums = dict.fromkeys(("action_loss", "value_loss", "entropy", "n", *POLICY_STATS), 0.0)
     counts: dict[str, float] = {}  # the epochs' decoder input tokens
     grad_norms: list[float] = []
     order_rng = np.random.default_rng([cfg.seed, run.rank, update])
@@ -348,8 +351,7 @@ def optimise(cfg: PPOConfig, run: Run, flat: list[Sample], head: Any, turns: Tur
                 sums["n"] += k
                 sums["action_loss"] += float(action_loss.detach()) * k
                 sums["value_loss"] += float(value_loss.detach()) * k
-                for key in ("approx_kl", "ratio", "clipped_sequence", "clipped_tokens", "tokens", "kl_sequence",
-                            "kl_tokens"):
+                for key in POLICY_STATS:
                     sums[key] += float(st[key].sum())
                 if entropy is not None:
                     sums["entropy"] += float(entropy.detach().sum())
