@@ -9,7 +9,7 @@ import pytest
 from spatialrl.agents.base import SamplingParams
 from spatialrl.agents.loader import load_policy
 from spatialrl.envs.registry import get_suite
-from spatialrl.models.builtin import shipped_models
+from spatialrl.models.builtin import model_eval_settings, shipped_models
 
 
 @pytest.mark.skipif("tvr-ao-sft" not in shipped_models(), reason="weights not in this checkout")
@@ -21,7 +21,9 @@ def test_tvr_ao_sft_answers_with_an_action(tmp_path):
                                                             "diag_move": 0}, scenes={"eval": 2, "sft": 0, "rl": 0}),
                progress=False)
     suite = get_suite("tvr")
-    options = {**suite.default_options, "data": str(bench), "memory": "ao", "width": 280, "height": 168}
+    recorded = model_eval_settings("builtin:tvr-ao-sft")["options"]  # as `spatialrl eval` runs it
+    assert recorded["memory"] == "ao" and (recorded["width"], recorded["height"]) == (280, 168)
+    options = {**suite.default_options, **recorded, "data": str(bench)}
     spec = suite.episodes(options)[0]
     env, prompter = suite.make_env(options), suite.make_prompter(options)
     obs, info = env.reset(seed=spec.seed, options=dict(spec.reset_options))

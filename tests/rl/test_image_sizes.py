@@ -24,12 +24,14 @@ def test_shipped_recipes_take_the_shipped_models_sizes():
     assert ppo.task.options["grid_size"] == 224 and ppo.eval.options["grid_size"] == 224
     assert lines == ["task.options: grid_size=224 from builtin:virl-sft (its recorded image size)",
                      "eval.options: grid_size=224 from builtin:virl-sft (its recorded image size)"]
-    for path, model, memory in (("configs/grpo/tvr_multi_small.yaml", "builtin:tvr-va-sft", "va"),
-                                ("configs/grpo/tvr_single_small.yaml", "builtin:tvr-ao-sft", "ao")):
+    # the frame layout is an image option too: the AO model trained on joined frames is rolled out on them
+    for path, model, memory, layout in (("configs/grpo/tvr_multi_small.yaml", "builtin:tvr-va-sft", "va", {}),
+                                        ("configs/grpo/tvr_single_small.yaml", "builtin:tvr-ao-sft", "ao",
+                                         {"frames": "joined"})):
         grpo = recipe(GRPOConfig, path, **{"model.path": model})
         adopt_model_image_sizes(grpo)
         for options in (grpo.task.options, grpo.eval.options):  # image keys only: memory stays the recipe's
-            assert options == {"memory": memory, "width": 280, "height": 168}, path
+            assert options == {"memory": memory, "width": 280, "height": 168, **layout}, path
 
 
 def test_a_recipe_value_wins_with_a_notice():

@@ -67,3 +67,46 @@ def test_compiled_blocks_train_like_the_eager_model(tvr_ao_data, tiny_builtin, l
         for key in want:
             torch.testing.assert_close(got[key], want[key], atol=1e-4, rtol=1e-3, msg=key)
     assert len(widths) == 2, widths  # two shapes: the recompile for dynamic shapes is exercised
+
+
+def _answer_logprobs(model, batch):
+    logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits.float()
+    mask = batch["labels"][:, 1:] != -100
+    logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, batch["input_ids"][:, 1:, None])[..., 0]
+    return logp[mask]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("eager_numerics", [True, False], ids=["eager-numerics", "inductor-numerics"])
+def test_compiled_bf16_scoring_and_training_passes_agree(tvr_ao_data, tiny_builtin, eager_numerics):
+    """PPO's ratio at lr 0 is exp(training-pass log-prob − scoring-pass log-prob): two forwards of one
+    model, the scoring one without grad. Compiled, they are two graphs; in bf16 inductor fuses them
+    differently and rounds differently unless ``eager_numerics`` (the RL trainers' setting) makes every fused
+    op round as eager does. The inductor-numerics case records that the flag is what makes them agree."""
+    import torch._inductor.config as inductor_config
+    from transformers import AutoModelForImageTextToText
+
+    torch._dynamo.reset()
+    before = inductor_config.emulate_precision_casts
+    inductor_config.emulate_precision_casts = False  # inductor's default (an earlier RL test may have set it)
+    try:
+        processor = load_processor(tiny_builtin)
+        model = AutoModelForImageTextToText.from_pretrained(tiny_builtin, dtype=torch.bfloat16)
+        model_family(model).prepare_model(model)
+        model.train()
+        compile_blocks(model, eager_numerics=eager_numerics)
+        assert inductor_config.emulate_precision_casts is eager_numerics
+        batcher = TensorBatcher(compile_dataset(tvr_ao_data, processor, "qwen2_5_vl"),
+                                processor.tokenizer.pad_token_id)
+        batch = batcher.batch([0, 1, 2, 3])
+        with torch.no_grad():
+            scored = _answer_logprobs(model, batch)
+        trained = _answer_logprobs(model, batch)
+        trained.sum().backward()  # the training graph: activations saved for a backward
+        if eager_numerics:
+            assert torch.equal(trained.detach(), scored)
+        else:
+            assert not torch.equal(trained.detach(), scored)
+    finally:
+        inductor_config.emulate_precision_casts = before
+        torch._dynamo.reset()

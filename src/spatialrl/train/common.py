@@ -181,9 +181,11 @@ def vision_parameters(model: Any) -> list[tuple[str, torch.nn.Parameter]]:
     return [(n, p) for n, p in model.named_parameters() if any(f".{k}." in f".{n}" for k in VISION_MODULE_NAMES)]
 
 
-def prepare_trainable(model: Any, cfg: ModelConfig) -> Any:
+def prepare_trainable(model: Any, cfg: ModelConfig, eager_numerics: bool = False) -> Any:
     """Apply the family's fixes (``Family.prepare_model``: Mllama's cross-attention row mask, Qwen's
-    batched vision attention), freeze-vision, LoRA and gradient checkpointing; return the model to train."""
+    batched vision attention), freeze-vision, LoRA, gradient checkpointing and ``model.compile``; return the
+    model to train. ``eager_numerics``: compiled blocks round like eager ones (``compile_blocks``; the RL
+    trainers, whose ratios compare a no-grad scoring pass with the training pass)."""
     from spatialrl.models.family import model_family
 
     model_family(model).prepare_model(model)
@@ -209,11 +211,11 @@ def prepare_trainable(model: Any, cfg: ModelConfig) -> Any:
         if cfg.gradient_checkpointing:
             model.enable_input_require_grads()
     if cfg.compile:
-        compile_blocks(model)
+        compile_blocks(model, eager_numerics=eager_numerics)
     return model
 
 
-def compile_blocks(model: Any, **compile_kwargs: Any) -> int:
+def compile_blocks(model: Any, eager_numerics: bool = False, **compile_kwargs: Any) -> int:
     """Regional compilation (the PyTorch recipe; accelerate's ``is_repeated_blocks`` finds the blocks): each
     module of every ``ModuleList`` of one class is compiled in place (``Module.compile``: parameter names,
     state dicts and hooks stay as they are), so dynamo traces the block once and reuses the graph for its
@@ -221,8 +223,21 @@ def compile_blocks(model: Any, **compile_kwargs: Any) -> int:
     Within a block, inductor fuses norms, rotary embeddings, activations and residual adds into the matmuls'
     neighbours: for a small model at a large batch those elementwise passes over the activations are most of
     a step's memory traffic. Shapes vary with the longest sample of a batch, so the blocks compile for
-    dynamic shapes from the second shape on (dynamo's default). Returns the number of blocks compiled."""
+    dynamic shapes from the second shape on (dynamo's default). Returns the number of blocks compiled.
+
+    ``eager_numerics`` sets inductor's ``emulate_precision_casts`` (process-wide, for every graph compiled
+    after it): fused bf16/fp16 kernels then round each op's result as eager does, instead of keeping it in
+    fp32 inside the kernel. PPO and GRPO need it: their old log-probs come from a no-grad scoring pass and
+    their new ones from the training pass, two different graphs whose fusions (and so roundings) differ. At
+    lr 0 in bf16 the ratio must be 1; without the flag the 8.3B Qwen2.5-VL with LoRA gave approx. KL 2.7 per
+    sequence and 98% clipped ratios on an H100 (docs/rl.md), the small random Qwen 4e-4 on the CPU, and 0
+    with it."""
     from accelerate.utils.other import is_repeated_blocks
+
+    if eager_numerics:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.emulate_precision_casts = True
 
     compiled: list[str] = []  # block names: lists inside a compiled block are part of its graph
     for name, module in list(model.named_modules()):

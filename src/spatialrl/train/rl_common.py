@@ -10,9 +10,11 @@ from typing import Any
 
 import numpy as np
 
-# The task options that fix what the model sees (TVR frame size, V-IRL grid, GeneralPoints table side).
-# A model folder records the values it was trained with (``spatialrl_model.json`` → ``eval``).
-IMAGE_OPTION_KEYS = ("width", "height", "grid_size", "resolution")
+# The task options that fix what the model sees (TVR frame size and layout — two images or one joined
+# side-by-side image —, V-IRL grid, GeneralPoints table side). A model folder records the values it was
+# trained with (``spatialrl_model.json`` → ``eval``); a joined-frame model rolled out on two images would
+# see inputs it never trained on.
+IMAGE_OPTION_KEYS = ("width", "height", "frames", "grid_size", "resolution")
 
 
 def model_agent(path: str) -> str | None:
