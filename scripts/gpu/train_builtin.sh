@@ -347,6 +347,17 @@ compile_arm() {  # name: its dataset compiled for the tensor engine now, as the 
   else stamp "FAILED: compile $name (logs/compile-$name.log); the trainer will compile on its start"
   fi
 }
+layout_matches() {  # arm init: a TVR arm continues a model trained on its own frame layout (two images or
+                    # one joined image, the model folder's eval.options.frames), else its frames would be new to it
+  case $1 in tvr-*) ;; *) return 0 ;; esac
+  [ "$2" = scratch ] && return 0
+  local want=separate; case $1 in *-joined) want=joined ;; esac
+  [ "$("$PY" -c 'import sys
+from spatialrl.models.builtin import model_eval_settings
+p = sys.argv[1]
+s = model_eval_settings(p if p.startswith("builtin:") else "hf:" + p) or {}
+print(s.get("options", {}).get("frames", "separate"))' "$2")" = "$want" ]
+}
 train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, then SIGTERM pauses the run
            # with a checkpoint (train/run.py) that RESUME=1 continues. The trainer's own time budget is
            # TOTAL_MIN minutes across commands when set, else what this command leaves (at most BUDGET_MIN;
@@ -354,6 +365,10 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
   local name=$1 recipe=$2 bs=$3 budget stop resume=never rc MODEL_ARGS
   init_args "$name"; local from=scratch a
   for a in "${MODEL_ARGS[@]}"; do [[ $a == --model.path=* ]] && from=$a; done
+  if ! layout_matches "$name" "${from#--model.path=}"; then
+    stamp "FAILED: train $name: its init ${from#--model.path=} was trained with another TVR frame layout than the arm's data (the shipped tvr-ao-sft uses frames=joined since 2026-12-07: continue it with tvr-ao-joined, or INIT_MAP)"
+    return
+  fi
   if [ -n "${TOTAL_MIN:-}" ]; then budget=$TOTAL_MIN
   else budget=$("$PY" -c "print(round(max(0.2, min($BUDGET_MIN, ($TRAIN_END_S - $(elapsed) - ${COMPILE_S:-90}) / 60)), 2))")
   fi

@@ -4,6 +4,7 @@ pixel bound when VIRL_GRID is set."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,3 +56,19 @@ def test_a_joined_tvr_arm_gets_room_for_two_frames(tmp_path):
     assert init_args("tvr-ao-joined", tmp_path, INIT="shipped", W="112", H="64") == \
         "--model.path=builtin:tvr-ao-sft --model.preset_overrides={} --model.max_pixels=14336"
     assert init_args("tvr-ao-sft", tmp_path, W="280", H="168") == ""  # one frame per image: the preset's bound
+
+
+def layout_matches(arm: str, init: str) -> bool:
+    script = ROOT / "scripts/gpu/train_builtin.sh"
+    body = f'source <(sed -n "/^layout_matches() {{/,/^}}/p" {script}); layout_matches {arm} {init}'
+    return subprocess.run(["bash", "-c", body], env={"PATH": "/usr/bin:/bin", "PY": sys.executable},
+                          capture_output=True, text=True).returncode == 0
+
+
+def test_a_tvr_arm_continues_only_a_model_of_its_frame_layout():
+    """The shipped AO model reads one joined image (2026-12-07): a two-image arm must not continue it."""
+    assert not layout_matches("tvr-ao-pre", "builtin:tvr-ao-sft")  # INIT=shipped maps AO arms to tvr-ao-sft
+    assert layout_matches("tvr-ao-joined", "builtin:tvr-ao-sft")
+    assert layout_matches("tvr-va-sft", "builtin:tvr-va-sft")
+    assert not layout_matches("tvr-va-sft", "builtin:tvr-ao-sft")  # INIT_MAP tvr-va-sft=tvr-ao-sft
+    assert layout_matches("tvr-ao-sft", "scratch") and layout_matches("virl-sft", "builtin:tvr-ao-sft")
