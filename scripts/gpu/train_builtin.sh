@@ -144,7 +144,9 @@ arm() {  # name → "recipe batch-size task memory held-out kind...": held-out n
     tvr-ao-h0) echo "tvr_ao_small.yaml $BS_AO tvr ao aoh0 aoh0" ;;       # no action history, every optimal label
     tvr-ao-joined) echo "tvr_ao_small.yaml $BS_AO tvr ao aoj aoj" ;;    # tvr-ao-sft's data with the current and
                      # target frame as one side-by-side image (frames=joined; docs/training.md "One image or two?")
-    *) echo "unknown arm $1 (virl-sft virl-pre virl-retry virl-dagger tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre tvr-ao-dagger tvr-ao-h0 tvr-ao-joined)" >&2; return 1 ;;
+    tvr-ao-joined-dagger) echo "tvr_ao_small.yaml $BS_AO tvr ao aoj aoj dagj" ;;  # + DAgger in the joined
+                     # layout: DAGGER_AGENT (the shipped AO model reads joined frames since 2026-12-07) rolled in
+    *) echo "unknown arm $1 (virl-sft virl-pre virl-retry virl-dagger tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre tvr-ao-dagger tvr-ao-h0 tvr-ao-joined tvr-ao-joined-dagger)" >&2; return 1 ;;
   esac
 }
 for a in $ARMS; do arm "$a" > /dev/null || exit 2; done
@@ -154,7 +156,7 @@ needs() {  # kind: does any arm train on shards of that kind?
   return 1
 }
 VIRL_KINDS="virl virlr virld vpre"  # the shard kinds a city gives (virl_shard); the others come from a bench
-TVR_KINDS="ao va aoall pre dag aoh0 aoj"  # (tvr_shard)
+TVR_KINDS="ao va aoall pre dag aoh0 aoj dagj"  # (tvr_shard)
 needs_any() {  # kind...: does any arm train on shards of one of them?
   local k
   for k in "$@"; do needs "$k" && return 0; done
@@ -255,6 +257,10 @@ tvr_shard() {  # k: a bench of seed 100+k (sft split only), its AO (noisy expert
   if needs dag; then spatialrl data sft "${common[@]}" --set memory=ao --samples step --roll-in "$DAGGER_AGENT" \
       --roll-in-beta "$DAGGER_BETA" --episodes "$DAGGER_EPISODES" --seed $((SEED0 + k)) --keep-failed \
       --out "$WORK/data/dag-$k" > "$LOGS/data-dag-$k.log" 2>&1 || stamp "FAILED: dag data $k"; settle dag "$k"; fi &
+  if needs dagj; then spatialrl data sft "${common[@]}" --set memory=ao --set frames=joined --samples step \
+      --roll-in "$DAGGER_AGENT" --roll-in-beta "$DAGGER_BETA" --episodes "$DAGGER_EPISODES" --seed $((SEED0 + k)) \
+      --keep-failed --out "$WORK/data/dagj-$k" > "$LOGS/data-dagj-$k.log" 2>&1 || stamp "FAILED: dagj data $k"
+    settle dagj "$k"; fi &
   # memoryless prompts (history_len=0, recorded in the model's eval settings): with the last actions in the
   # prompt the AO models repeated their previous action 61-63% of the time where the oracle would 14-16%
   # (the copycat shortcut); without them only the frames tell the states apart
@@ -312,8 +318,11 @@ init_args() {  # name → MODEL_ARGS: where the arm starts (init_source) and, fo
                # a joined TVR arm's bound is its two frames side by side (2*W*H: 94080 at 280x168, 120 tokens)
   init_source "$1"
   case $1 in virl-*) [ -n "${VIRL_GRID:-}" ] && MODEL_ARGS+=(--model.max_pixels=$(( VIRL_GRID * VIRL_GRID ))) ;; esac
-  case $1 in *-joined) MODEL_ARGS+=(--model.max_pixels=$(( 2 * W * H ))) ;; esac
+  [ "$(frames_of "$1")" = joined ] && MODEL_ARGS+=(--model.max_pixels=$(( 2 * W * H )))
   return 0
+}
+frames_of() {  # arm → its TVR frame layout: joined when its held-out data is the joined kind (aoj), else separate
+  [ "$(arm "$1" | cut -d' ' -f5)" = aoj ] && echo joined || echo separate
 }
 init_source() {  # name → MODEL_ARGS. INIT=scratch (default): the recipe's preset. INIT=shipped: the shipped
                # model of its kind (src/spatialrl/models/weights/<name>; candidate AO arms start from
@@ -351,7 +360,7 @@ layout_matches() {  # arm init: a TVR arm continues a model trained on its own f
                     # one joined image, the model folder's eval.options.frames), else its frames would be new to it
   case $1 in tvr-*) ;; *) return 0 ;; esac
   [ "$2" = scratch ] && return 0
-  local want=separate; case $1 in *-joined) want=joined ;; esac
+  local want; want=$(frames_of "$1")
   [ "$("$PY" -c 'import sys
 from spatialrl.models.builtin import model_eval_settings
 p = sys.argv[1]

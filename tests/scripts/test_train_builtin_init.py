@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def init_args(arm: str, tmp_path: Path, **env: str) -> str:
     script = ROOT / "scripts/gpu/train_builtin.sh"
-    body = f'source <(sed -n "/^init_args() {{/,/^}}/p; /^init_source() {{/,/^}}/p" {script}); ROOT={tmp_path}; init_args {arm}; echo "${{MODEL_ARGS[@]}}"'
+    body = (f'source <(sed -n "/^init_args() {{/,/^}}/p; /^init_source() {{/,/^}}/p; /^frames_of() {{/,/^}}/p; '
+            f'/^arm() {{/,/^}}/p" {script}); ROOT={tmp_path}; init_args {arm}; echo "${{MODEL_ARGS[@]}}"')
     return subprocess.run(["bash", "-c", body], env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True,
                           check=True).stdout.strip()
 
@@ -56,11 +57,13 @@ def test_a_joined_tvr_arm_gets_room_for_two_frames(tmp_path):
     assert init_args("tvr-ao-joined", tmp_path, INIT="shipped", W="112", H="64") == \
         "--model.path=builtin:tvr-ao-sft --model.preset_overrides={} --model.max_pixels=14336"
     assert init_args("tvr-ao-sft", tmp_path, W="280", H="168") == ""  # one frame per image: the preset's bound
+    assert init_args("tvr-ao-joined-dagger", tmp_path, W="280", H="168") == "--model.max_pixels=94080"
 
 
 def layout_matches(arm: str, init: str) -> bool:
     script = ROOT / "scripts/gpu/train_builtin.sh"
-    body = f'source <(sed -n "/^layout_matches() {{/,/^}}/p" {script}); layout_matches {arm} {init}'
+    body = (f'source <(sed -n "/^layout_matches() {{/,/^}}/p; /^frames_of() {{/,/^}}/p; /^arm() {{/,/^}}/p" {script}); '
+            f'layout_matches {arm} {init}')
     return subprocess.run(["bash", "-c", body], env={"PATH": "/usr/bin:/bin", "PY": sys.executable},
                           capture_output=True, text=True).returncode == 0
 
@@ -69,6 +72,8 @@ def test_a_tvr_arm_continues_only_a_model_of_its_frame_layout():
     """The shipped AO model reads one joined image (2026-12-07): a two-image arm must not continue it."""
     assert not layout_matches("tvr-ao-pre", "builtin:tvr-ao-sft")  # INIT=shipped maps AO arms to tvr-ao-sft
     assert layout_matches("tvr-ao-joined", "builtin:tvr-ao-sft")
+    assert layout_matches("tvr-ao-joined-dagger", "builtin:tvr-ao-sft")
+    assert not layout_matches("tvr-ao-joined", "builtin:tvr-va-sft")
     assert layout_matches("tvr-va-sft", "builtin:tvr-va-sft")
     assert not layout_matches("tvr-va-sft", "builtin:tvr-ao-sft")  # INIT_MAP tvr-va-sft=tvr-ao-sft
     assert layout_matches("tvr-ao-sft", "scratch") and layout_matches("virl-sft", "builtin:tvr-ao-sft")
