@@ -360,12 +360,13 @@ layout_matches() {  # arm init: a TVR arm continues a model trained on its own f
                     # one joined image, the model folder's eval.options.frames), else its frames would be new to it
   case $1 in tvr-*) ;; *) return 0 ;; esac
   [ "$2" = scratch ] && return 0
-  local want; want=$(frames_of "$1")
-  [ "$("$PY" -c 'import sys
+  local want got; want=$(frames_of "$1")
+  got=$("$PY" -c 'import sys
 from spatialrl.models.builtin import model_eval_settings
 p = sys.argv[1]
 s = model_eval_settings(p if p.startswith("builtin:") else "hf:" + p) or {}
-print(s.get("options", {}).get("frames", "separate"))' "$2")" = "$want" ]
+print(s.get("options", {}).get("frames", "separate"))' "$2") || { echo "arm $1: could not read the settings of $2" >&2; return 1; }
+  [ "$got" = "$want" ] || { echo "arm $1 trains on frames=$want, its init $2 was trained on frames=$got" >&2; return 1; }
 }
 train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, then SIGTERM pauses the run
            # with a checkpoint (train/run.py) that RESUME=1 continues. The trainer's own time budget is
@@ -374,8 +375,9 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
   local name=$1 recipe=$2 bs=$3 budget stop resume=never rc MODEL_ARGS
   init_args "$name"; local from=scratch a
   for a in "${MODEL_ARGS[@]}"; do [[ $a == --model.path=* ]] && from=$a; done
-  if ! layout_matches "$name" "${from#--model.path=}"; then
-    stamp "FAILED: train $name: its init ${from#--model.path=} was trained with another TVR frame layout than the arm's data (the shipped tvr-ao-sft uses frames=joined since 2026-12-07: continue it with tvr-ao-joined, or INIT_MAP)"
+  local why
+  if ! why=$(layout_matches "$name" "${from#--model.path=}" 2>&1); then
+    stamp "FAILED: train $name: ${why##*$'\n'} (the shipped tvr-ao-sft reads joined frames since 2026-12-07: continue it with a joined arm, or set INIT_MAP)"
     return
   fi
   if [ -n "${TOTAL_MIN:-}" ]; then budget=$TOTAL_MIN
