@@ -363,9 +363,10 @@ layout_matches() {  # arm init: a TVR arm continues a model trained on its own f
   local want got; want=$(frames_of "$1")
   got=$("$PY" -c 'import sys
 from spatialrl.models.builtin import model_eval_settings
-p = sys.argv[1]
-s = model_eval_settings(p if p.startswith("builtin:") else "hf:" + p) or {}
-print(s.get("options", {}).get("frames", "separate"))' "$2") || { echo "arm $1: could not read the settings of $2" >&2; return 1; }
+from spatialrl.train.rl_common import model_agent
+agent = model_agent(sys.argv[1])
+print(((agent and model_eval_settings(agent)) or {}).get("options", {}).get("frames", "separate"))' "$2") \
+    || { echo "arm $1: could not read the settings of $2" >&2; return 1; }
   [ "$got" = "$want" ] || { echo "arm $1 trains on frames=$want, its init $2 was trained on frames=$got" >&2; return 1; }
 }
 train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, then SIGTERM pauses the run
