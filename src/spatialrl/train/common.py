@@ -181,11 +181,10 @@ def vision_parameters(model: Any) -> list[tuple[str, torch.nn.Parameter]]:
     return [(n, p) for n, p in model.named_parameters() if any(f".{k}." in f".{n}" for k in VISION_MODULE_NAMES)]
 
 
-def prepare_trainable(model: Any, cfg: ModelConfig, eager_numerics: bool = False) -> Any:
+def prepare_trainable(model: Any, cfg: ModelConfig) -> Any:
     """Apply the family's fixes (``Family.prepare_model``: Mllama's cross-attention row mask, Qwen's
     batched vision attention), freeze-vision, LoRA, gradient checkpointing and ``model.compile``; return the
-    model to train. ``eager_numerics``: compiled blocks round like eager ones (``compile_blocks``; the RL
-    trainers, whose ratios compare a no-grad scoring pass with the training pass)."""
+    model to train."""
     from spatialrl.models.family import model_family
 
     model_family(model).prepare_model(model)
@@ -211,11 +210,11 @@ def prepare_trainable(model: Any, cfg: ModelConfig, eager_numerics: bool = False
         if cfg.gradient_checkpointing:
             model.enable_input_require_grads()
     if cfg.compile:
-        compile_blocks(model, eager_numerics=eager_numerics)
+        compile_blocks(model)
     return model
 
 
-def compile_blocks(model: Any, eager_numerics: bool = False, **compile_kwargs: Any) -> int:
+def compile_blocks(model: Any, **compile_kwargs: Any) -> int:
     """Regional compilation (the PyTorch recipe; accelerate's ``is_repeated_blocks`` finds the blocks): each
     module of every ``ModuleList`` of one class is compiled in place (``Module.compile``: parameter names,
     state dicts and hooks stay as they are), so dynamo traces the block once and reuses the graph for its
@@ -225,19 +224,9 @@ def compile_blocks(model: Any, eager_numerics: bool = False, **compile_kwargs: A
     a step's memory traffic. Shapes vary with the longest sample of a batch, so the blocks compile for
     dynamic shapes from the second shape on (dynamo's default). Returns the number of blocks compiled.
 
-    ``eager_numerics`` sets inductor's ``emulate_precision_casts`` (process-wide, for every graph compiled
-    after it): fused bf16/fp16 kernels then round each op's result as eager does, instead of keeping it in
-    fp32 inside the kernel. PPO and GRPO need it: their old log-probs come from a no-grad scoring pass and
-    their new ones from the training pass, two different graphs whose fusions (and so roundings) differ. At
-    lr 0 in bf16 the ratio must be 1; without the flag the 8.3B Qwen2.5-VL with LoRA gave approx. KL 2.7 per
-    sequence and 98% clipped ratios on an H100 (docs/rl.md), the small random Qwen 4e-4 on the CPU, and 0
-    with it."""
+    The RL trainers' scoring pass must run the graph their training pass runs (``scoring_grad_mode``).
+    """
     from accelerate.utils.other import is_repeated_blocks
-
-    if eager_numerics:
-        import torch._inductor.config as inductor_config
-
-        inductor_config.emulate_precision_casts = True
 
     compiled: list[str] = []  # block names: lists inside a compiled block are part of its graph
     for name, module in list(model.named_modules()):
@@ -249,6 +238,20 @@ def compile_blocks(model: Any, eager_numerics: bool = False, **compile_kwargs: A
     if not n:
         raise DataError(f"model.compile: {type(model).__name__} has no repeated blocks to compile")
     return n
+
+
+def scoring_grad_mode(model: Any) -> Any:
+    """The grad mode of an RL trainer's scoring pass (the old log-probs of the PPO/GRPO ratio).
+
+    Eager, ``no_grad``: the same kernels run with or without autograd. With compiled blocks the two grad
+    modes are two graphs: dynamo compiles an inference graph under ``no_grad`` and a joint forward/backward
+    graph, partitioned, otherwise, and inductor fuses and rounds them differently in bf16. At lr 0 the
+    ratio must be exactly 1, so the scoring pass then runs the graph the training pass runs, under
+    ``enable_grad`` (its activations are freed as soon as the log-probs are read). Inductor's
+    ``emulate_precision_casts`` (fused ops round as eager does) closed the gap on the CPU but not for the 8.3B
+    Qwen2.5-VL on an H100 (per-token approx. KL 0.0186 → 0.0087; docs/rl.md)."""
+    compiled = any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
+    return torch.enable_grad() if compiled else torch.no_grad()
 
 
 def _language_lora_targets(model: Any, suffixes: list[str]) -> list[str]:

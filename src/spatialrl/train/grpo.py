@@ -43,7 +43,7 @@ from spatialrl.rollout.agent_loop import EnvPool
 from spatialrl.rollout.trajectory import Segment, Trajectory, TurnTokenizer
 from spatialrl.train import losses
 from spatialrl.train.accumulation import micro_batch_plan
-from spatialrl.train.common import prepare_trainable
+from spatialrl.train.common import prepare_trainable, scoring_grad_mode
 from spatialrl.train.expert_states import (
     ExpertPrompt,
     action_match,
@@ -169,16 +169,17 @@ def batch_tensors(turns: TurnTokenizer, seqs: list[Sequence], device: Any, visio
     return inputs, span, {"mask": mask, "advantages": adv}
 
 
-@torch.no_grad()
 def fill_logprobs(model: Any, turns: TurnTokenizer, seqs: list[Sequence], micro: int, temperature: float,
                   attr: str, accelerator: Any, vision: tuple[Any, Any] | None = None) -> None:
     """Teacher-forced log-probs of every sequence under ``model`` into ``seq.<attr>`` (old or ref);
-    ``vision`` = ``(cache, model)`` (the rollout's cache, valid for that model only) supplies image features."""
+    ``vision`` = ``(cache, model)`` (the rollout's cache, valid for that model only) supplies image features.
+    The old ones come from the training pass's graph (``scoring_grad_mode``), the reference's without grad."""
+    grad_mode = scoring_grad_mode(model) if attr == "old_logp" else torch.no_grad()
     for lo in range(0, len(seqs), micro):
         chunk = seqs[lo:lo + micro]
-        with accelerator.autocast():
+        with grad_mode, accelerator.autocast():
             inputs, (starts, ends), _ = batch_tensors(turns, chunk, accelerator.device, vision)
-            logp = score_tokens(model, inputs, starts, temperature, end=ends).logp
+            logp = score_tokens(model, inputs, starts, temperature, end=ends).logp.detach()
         for b, s in enumerate(chunk):
             setattr(s, attr, logp[b, :len(s.segment)].float().cpu())
 
@@ -286,7 +287,7 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
     reference = None
     if cfg.kl_coef > 0 and not cfg.model.lora.enabled:
         reference = copy.deepcopy(model).eval().requires_grad_(False)  # the frozen SFT policy π_ref
-    model, optimizer = run.prepare(prepare_trainable(model, cfg.model, eager_numerics=True))
+    model, optimizer = run.prepare(prepare_trainable(model, cfg.model))
     if reference is not None:
         reference.to(acc.device)
     turns = TurnTokenizer(processor, model_type)

@@ -52,7 +52,7 @@ from spatialrl.models.value_head import ValueHead, hidden_size_of
 from spatialrl.rollout.agent_loop import EnvPool, Step
 from spatialrl.rollout.trajectory import Segment, Trajectory, TurnTokenizer
 from spatialrl.train import losses, rl_common
-from spatialrl.train.common import list_checkpoints, prepare_trainable
+from spatialrl.train.common import list_checkpoints, prepare_trainable, scoring_grad_mode
 from spatialrl.train.merged_rollout import merged_rollout, rollout_model
 from spatialrl.train.metrics import episode_metrics, reduce_metrics, reward_component_metrics, stats
 from spatialrl.train.policy_ops import collate_inputs, sample_segments, score_tokens, token_char_ends
@@ -254,21 +254,31 @@ def collect(cfg: PPOConfig, feed: EpisodeFeed, policy: Any, sampling: SamplingPa
     return Update(storage, finished, seconds, t_collect)
 
 
-@torch.no_grad()
 def score(cfg: PPOConfig, run: Run, upd: Update, model: Any, head: Any, turns: TurnTokenizer, pool: EnvPool,
           vision: tuple[Any, Any] | None) -> torch.Tensor:
     """2. Old log-probs and values of every step (into the samples), and the bootstrap values of the
-    slots' next states (returned)."""
+    slots' next states (returned). The old log-probs come from the training pass's graph
+    (``scoring_grad_mode``: compiled blocks round differently without grad)."""
     temperature, micro = cfg.sampling.temperature, cfg.micro_batch_size
     upd.samples = [[make_sample(s, turns.tokenizer, cfg) for s in row] for row in upd.steps]
     flat = upd.flat
     for idx in rl_common.scoring_micro_batches(conversation_ids(flat), micro, cfg.shuffle):
         chunk = [flat[j] for j in idx]
-        token_logp, weights, value, _ = forward_samples(model, head, turns, chunk, temperature, False, run.device,
-                                                        vision=vision, counts=upd.score_counts)
+        with scoring_grad_mode(model):
+            token_logp, weights, value, _ = forward_samples(model, head, turns, chunk, temperature, False,
+                                                            run.device, vision=vision, counts=upd.score_counts)
+            token_logp, value = token_logp.detach(), value.detach()
         logp = losses.weighted_sequence_logprob(token_logp, weights)
         for s, row, lp, v in zip(chunk, token_logp.tolist(), logp.tolist(), value.tolist(), strict=True):
             s.old_logp, s.old_token_logp, s.value = lp, row[s.answer_start:s.end], v
+    return bootstrap_values(cfg, run, model, head, turns, pool)
+
+
+@torch.no_grad()
+def bootstrap_values(cfg: PPOConfig, run: Run, model: Any, head: Any, turns: TurnTokenizer,
+                     pool: EnvPool) -> torch.Tensor:
+    """The value of each live slot's next state (GAE's bootstrap), at its last token."""
+    temperature, micro = cfg.sampling.temperature, cfg.micro_batch_size
     next_value = torch.zeros(cfg.num_envs)
     live = [i for i, slot in enumerate(pool.slots) if slot.segment is not None]
     for lo in range(0, len(live), micro):
@@ -419,7 +429,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
     # --- model + value head (one module, so DeepSpeed/FSDP see a single model), optimiser
     model, processor, model_meta = run.load_model(prebuilt)
     model_type = model.config.model_type
-    model = prepare_trainable(model, cfg.model, eager_numerics=True)
+    model = prepare_trainable(model, cfg.model)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)  # the same head on every process
         model.value_head = ValueHead(hidden_size_of(model), tuple(cfg.value_head_widths))  # trained and checkpointed
