@@ -21,7 +21,8 @@
 # them (FINAL=0: and leaves them paused) and packs the weights, the last (FINAL=1, the default) ends them
 # at their checkpoint as finished models.
 # Without TOTAL_MIN, STAGE=train trains to the end within the one command (STAGE=all: and evaluates).
-# ARMS picks the models trained side by side (default: the three shipped ones); with candidate recipes
+# ARMS picks the models trained side by side (default: the three shipped ones; the joined-frame arms are
+# tvr-ao-joined, tvr-ao-joined-dagger and tvr-va-joined, the last from the joined AO model); with candidate recipes
 # for the TVR action-only model (ARMS="virl-sft tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre": every
 # optimal action as a label; visual pretraining pairs mixed in), STAGE=eval scores each on a validation
 # bench (seed 1) and writes eval/selection.json: the arm to ship as tvr-ao-sft, chosen without the test
@@ -146,7 +147,9 @@ arm() {  # name → "recipe batch-size task memory held-out kind...": held-out n
                      # target frame as one side-by-side image (frames=joined; docs/training.md "One image or two?")
     tvr-ao-joined-dagger) echo "tvr_ao_small.yaml $BS_AO tvr ao aoj aoj dagj" ;;  # + DAgger in the joined
                      # layout: DAGGER_AGENT (the shipped AO model reads joined frames since 2026-12-07) rolled in
-    *) echo "unknown arm $1 (virl-sft virl-pre virl-retry virl-dagger tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre tvr-ao-dagger tvr-ao-h0 tvr-ao-joined tvr-ao-joined-dagger)" >&2; return 1 ;;
+    tvr-va-joined) echo "tvr_va_small.yaml $BS_VA tvr va vaj vaj" ;;  # tvr-va-sft's data, one joined image per
+                     # turn; with INIT=shipped it starts from the joined AO model (init_source)
+    *) echo "unknown arm $1 (virl-sft virl-pre virl-retry virl-dagger tvr-ao-sft tvr-va-sft tvr-ao-allopt tvr-ao-pre tvr-ao-dagger tvr-ao-h0 tvr-ao-joined tvr-ao-joined-dagger tvr-va-joined)" >&2; return 1 ;;
   esac
 }
 for a in $ARMS; do arm "$a" > /dev/null || exit 2; done
@@ -156,7 +159,7 @@ needs() {  # kind: does any arm train on shards of that kind?
   return 1
 }
 VIRL_KINDS="virl virlr virld vpre"  # the shard kinds a city gives (virl_shard); the others come from a bench
-TVR_KINDS="ao va aoall pre dag aoh0 aoj dagj"  # (tvr_shard)
+TVR_KINDS="ao va aoall pre dag aoh0 aoj dagj vaj"  # (tvr_shard)
 needs_any() {  # kind...: does any arm train on shards of one of them?
   local k
   for k in "$@"; do needs "$k" && return 0; done
@@ -278,6 +281,8 @@ tvr_shard() {  # k: a bench of seed 100+k (sft split only), its AO (noisy expert
       || stamp "FAILED: ao data $k"; settle ao "$k"; fi
   if needs va; then spatialrl data sft "${common[@]}" --set memory=va --out "$WORK/data/va-$k" \
       > "$LOGS/data-va-$k.log" 2>&1 || stamp "FAILED: va data $k"; settle va "$k"; fi &
+  if needs vaj; then spatialrl data sft "${common[@]}" --set memory=va --set frames=joined --out "$WORK/data/vaj-$k" \
+      > "$LOGS/data-vaj-$k.log" 2>&1 || stamp "FAILED: vaj data $k"; settle vaj "$k"; fi &
   wait
 }
 val_data() {  # held-out SFT data for the trainers' image-use curve (heldout/loss, heldout/image_swap_gap
@@ -300,6 +305,8 @@ val_data() {  # held-out SFT data for the trainers' image-use curve (heldout/los
         || stamp "FAILED: val-aoj data"; fi &
     if needs va; then spatialrl data sft "${common[@]}" --set memory=va --out "$WORK/data/val-va" \
         > "$LOGS/data-val-va.log" 2>&1 || stamp "FAILED: val-va data"; fi &
+    if needs vaj; then spatialrl data sft "${common[@]}" --set memory=va --set frames=joined --out "$WORK/data/val-vaj" \
+        > "$LOGS/data-val-vaj.log" 2>&1 || stamp "FAILED: val-vaj data"; fi &
   fi
   if needs virl || needs virlr || needs virld; then
     { [ -f "$city/route_infos.json" ] || make_city metro "$VAL_ROUTES" 9 "$city" > "$LOGS/city-val.log" 2>&1; } \
@@ -327,8 +334,8 @@ init_args() {  # name → MODEL_ARGS: where the arm starts (init_source) and, fo
   [ "$(frames_of "$1")" = joined ] && MODEL_ARGS+=(--model.max_pixels=$(( 2 * W * H )))
   return 0
 }
-frames_of() {  # arm → its TVR frame layout: joined when its held-out data is the joined kind (aoj), else separate
-  [ "$(arm "$1" | cut -d' ' -f5)" = aoj ] && echo joined || echo separate
+frames_of() {  # arm → its TVR frame layout: joined when its held-out data is a joined kind (aoj, vaj), else separate
+  case $(arm "$1" | cut -d' ' -f5) in aoj|vaj) echo joined ;; *) echo separate ;; esac
 }
 init_source() {  # name → MODEL_ARGS. INIT=scratch (default): the recipe's preset. INIT=shipped: the shipped
                # model of its kind (src/spatialrl/models/weights/<name>; candidate AO arms start from
@@ -345,7 +352,8 @@ init_source() {  # name → MODEL_ARGS. INIT=scratch (default): the recipe's pre
     MODEL_ARGS=(--model.path="$from" "--model.preset_overrides={}"); return 0 ;; esac
   case "${INIT:-scratch}" in
     scratch) return 0 ;;
-    shipped) case $from in tvr-ao-*) from=tvr-ao-sft ;; virl-*) from=virl-sft ;; esac
+    shipped) case $from in  # tvr-va-joined: no joined VA model is shipped; the joined AO one reads its frames
+               tvr-ao-*|tvr-va-joined) from=tvr-ao-sft ;; virl-*) from=virl-sft ;; esac
              MODEL_ARGS=(--model.path=builtin:"$from" "--model.preset_overrides={}") ;;
     *) local dir; dir=$(cd "$ROOT" && realpath -m "$INIT")/$from
        [ -f "$dir/config.json" ] && MODEL_ARGS=(--model.path="$dir" "--model.preset_overrides={}") ;;

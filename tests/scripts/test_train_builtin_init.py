@@ -58,6 +58,9 @@ def test_a_joined_tvr_arm_gets_room_for_two_frames(tmp_path):
         "--model.path=builtin:tvr-ao-sft --model.preset_overrides={} --model.max_pixels=14336"
     assert init_args("tvr-ao-sft", tmp_path, W="280", H="168") == ""  # one frame per image: the preset's bound
     assert init_args("tvr-ao-joined-dagger", tmp_path, W="280", H="168") == "--model.max_pixels=94080"
+    # the joined VA arm: no joined VA model is shipped, so INIT=shipped starts it from the joined AO one
+    assert init_args("tvr-va-joined", tmp_path, INIT="shipped", W="280", H="168") == \
+        "--model.path=builtin:tvr-ao-sft --model.preset_overrides={} --model.max_pixels=94080"
 
 
 def layout_matches(arm: str, init: str) -> bool:
@@ -76,4 +79,6 @@ def test_a_tvr_arm_continues_only_a_model_of_its_frame_layout():
     assert not layout_matches("tvr-ao-joined", "builtin:tvr-va-sft")
     assert layout_matches("tvr-va-sft", "builtin:tvr-va-sft")
     assert not layout_matches("tvr-va-sft", "builtin:tvr-ao-sft")  # INIT_MAP tvr-va-sft=tvr-ao-sft
+    assert layout_matches("tvr-va-joined", "builtin:tvr-ao-sft")
+    assert not layout_matches("tvr-va-joined", "builtin:tvr-va-sft")
     assert layout_matches("tvr-ao-sft", "scratch") and layout_matches("virl-sft", "builtin:tvr-ao-sft")

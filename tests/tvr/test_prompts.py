@@ -128,13 +128,35 @@ def test_joined_frames_send_one_side_by_side_image_with_one_text_line():
         "Your recent actions:")[1]
 
 
+def test_joined_frames_in_a_va_and_a_window_chat_one_image_per_turn():
+    """VA keeps every turn's joined image; window omits an old turn's whole image. The text of each user
+    turn is the AO joined line without the history block (the chat holds the history)."""
+    turn_text = (JOINED_LINE + "\n<image>\nValid actions at this step: MoveAhead, RotateRight, RotateLeft, "
+                 "LookDown, Stop")
+    for memory, kept in (("va", [True, True, True]), ("window", [False, True, True])):
+        p = TVRPrompter(memory, window=2, frames="joined")
+        p.reset(img(7), info())
+        p.update("Action: MoveAhead", img(1), info())
+        p.update("Action: RotateRight", img(2), info())
+        conv = p.messages()
+        assert [m["role"] for m in conv] == ["system", "user", "assistant", "user", "assistant", "user"]
+        users = [m for m in conv if m["role"] == "user"]
+        images = images_of(conv)
+        assert len(images) == sum(kept)
+        for image, current in zip(images, [c for c, k in zip((7, 1, 2), kept, strict=True) if k], strict=True):
+            assert image.shape == (4, 12, 3)
+            assert (image[:, :6] == current).all() and (image[:, 6:] == 255).all()
+        for user, k in zip(users, kept, strict=True):
+            assert text_of(user) == turn_text.replace("<image>", "" if k else "[image omitted]")  # images: ""
+
+
 def test_bad_options_and_order_of_calls():
     with pytest.raises(ValueError, match="memory mode"):
         TVRPrompter("full")
     with pytest.raises(ValueError, match="frames layout"):
         TVRPrompter("ao", frames="stacked")
-    with pytest.raises(ValueError, match="action-only"):
-        TVRPrompter("va", frames="joined")
+    with pytest.raises(ValueError, match="frames=joined needs target_once=false"):
+        TVRPrompter("va", frames="joined", target_once=True)
     with pytest.raises(ValueError, match="include_target"):
         user_text(VALID, include_target=False, joined=True)
     with pytest.raises(RuntimeError):

@@ -38,8 +38,8 @@ def test_episodes_limit_categories_and_options(bench_dir):
         suite.episodes(opts(bench_dir, split="test"))
     with pytest.raises(DataError, match="frames='stacked': expected one of separate, joined"):
         suite.episodes(opts(bench_dir, frames="stacked"))
-    with pytest.raises(DataError, match="frames=joined needs memory=ao"):
-        suite.episodes(opts(bench_dir, frames="joined"))  # memory defaults to va
+    with pytest.raises(DataError, match="frames=joined needs target_once=false"):
+        suite.episodes(opts(bench_dir, frames="joined", target_once=True))
 
 
 def test_joined_frames_reach_the_policy_as_one_image_and_change_nothing_else(bench_dir):

@@ -23,7 +23,8 @@ since each AO call is a fresh conversation). Images arrive already badged by the
 
 ``frames`` says how the current and target frames of a turn travel: ``separate`` (TVRBench's two images,
 the default) or ``joined`` — one image, the current frame on the left and the target on the right
-(``join_frames``), with the user text's two image lines merged into one (``JOINED_LINE``). A variant of
+(``join_frames``), with the user text's two image lines merged into one (``JOINED_LINE``); in every memory
+mode but with ``target_once`` (a ``window`` chat omits an old turn's whole joined image). A variant of
 ours for the built-in agents, not TVRBench's format: in a small vision tower the two frames of a joined
 image meet in its full-attention blocks, while two separate images meet only in the language model
 (docs/training.md, "One image or two?").
@@ -132,10 +133,10 @@ def check_frames(frames: str, memory: str, target_once: bool) -> None:
     """ValueError unless ``frames`` is a layout this memory can send (the one home of the rule)."""
     if frames not in FRAME_LAYOUTS:
         raise ValueError(f"unknown TVR frames layout {frames!r}; expected one of {', '.join(FRAME_LAYOUTS)}")
-    if frames == "joined" and (memory != "ao" or target_once):
-        # VA/window turns may drop one frame ([image omitted], target_once): one image cannot
-        raise ValueError(f"frames=joined needs memory=ao and target_once=false (action-only memory; got "
-                         f"memory={memory!r}, target_once={target_once!r})")
+    if frames == "joined" and target_once:
+        # target_once drops the target from every turn but the first: a joined image holds it in each
+        raise ValueError(f"frames=joined needs target_once=false (every joined turn holds the target; got "
+                         f"memory={memory!r}, target_once=True)")
 
 
 def join_frames(current: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -199,14 +200,18 @@ class TVRPrompter:
         conv: Conversation = [system]
         last = len(self.turns) - 1
         for i, turn in enumerate(self.turns):
-            with_target = i == 0 if self.target_once else True
             keep_image = self.memory == "va" or i > last - self.window
-            images = [turn.current if keep_image else None]
-            if with_target:
-                # the target travels with the kept images: in the newest turn always, in old ones if kept
-                keep_target = keep_image or (self.target_once and i == 0)
-                images.append(self.target if keep_target else None)
-            text = user_text(turn.valid_actions, include_target=with_target)
+            if self.frames == "joined":  # one image per turn (window: an old turn's whole image omitted)
+                text = user_text(turn.valid_actions, joined=True)
+                images = [join_frames(turn.current, self.target) if keep_image else None]
+            else:
+                with_target = i == 0 if self.target_once else True
+                images = [turn.current if keep_image else None]
+                if with_target:
+                    # the target travels with the kept images: in the newest turn always, in old ones if kept
+                    keep_target = keep_image or (self.target_once and i == 0)
+                    images.append(self.target if keep_target else None)
+                text = user_text(turn.valid_actions, include_target=with_target)
             conv.append({"role": "user", "content": to_content(text, images)})
             if turn.response is not None:
                 conv.append({"role": "assistant", "content": [{"type": "text", "text": turn.response}]})

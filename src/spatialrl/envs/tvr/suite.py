@@ -13,7 +13,7 @@ the episodes are the same as with one ``TVREnv`` per slot, tested; ``false`` goe
 processes, each with its own ``TVRVectorEnv`` of about n/k envs and its own GL context, rendering into one
 shared observation array, so the host side of a step uses k cores; same episodes, tested).
 ``frames`` separate|joined (default separate, TVRBench's two images; ``joined``: one side-by-side image per
-action-only turn, a built-in-agent variant, ``prompts.py``).
+turn, in any memory mode without ``target_once``, a built-in-agent variant, ``prompts.py``).
 ``vector_env``, ``env_workers`` and ``frames`` are not among ``DEFAULT_OPTIONS`` so that runs made before them
 resume unchanged (an option set explicitly is recorded in the run's ``run.json`` as any other).
 """
