@@ -181,10 +181,11 @@ def vision_parameters(model: Any) -> list[tuple[str, torch.nn.Parameter]]:
     return [(n, p) for n, p in model.named_parameters() if any(f".{k}." in f".{n}" for k in VISION_MODULE_NAMES)]
 
 
-def prepare_trainable(model: Any, cfg: ModelConfig) -> Any:
+def prepare_trainable(model: Any, cfg: ModelConfig, ratio_exact: bool = False) -> Any:
     """Apply the family's fixes (``Family.prepare_model``: Mllama's cross-attention row mask, Qwen's
     batched vision attention), freeze-vision, LoRA, gradient checkpointing and ``model.compile``; return the
-    model to train."""
+    model to train. ``ratio_exact`` (PPO, GRPO): compiled blocks are compiled for dynamic shapes from the
+    first call, so every sequence length runs one graph's kernels (``scoring_grad_mode``)."""
     from spatialrl.models.family import model_family
 
     model_family(model).prepare_model(model)
@@ -210,7 +211,7 @@ def prepare_trainable(model: Any, cfg: ModelConfig) -> Any:
         if cfg.gradient_checkpointing:
             model.enable_input_require_grads()
     if cfg.compile:
-        compile_blocks(model)
+        compile_blocks(model, **({"dynamic": True} if ratio_exact else {}))
     return model
 
 
@@ -224,7 +225,7 @@ def compile_blocks(model: Any, **compile_kwargs: Any) -> int:
     a step's memory traffic. Shapes vary with the longest sample of a batch, so the blocks compile for
     dynamic shapes from the second shape on (dynamo's default). Returns the number of blocks compiled.
 
-    The RL trainers' scoring pass must run the graph their training pass runs (``scoring_grad_mode``).
+    The RL trainers' scoring pass must run the kernels their training pass runs (``scoring_grad_mode``).
     """
     from accelerate.utils.other import is_repeated_blocks
 
@@ -247,7 +248,12 @@ def scoring_grad_mode(model: Any) -> Any:
     modes are two graphs: dynamo compiles an inference graph under ``no_grad`` and a joint forward/backward
     graph, partitioned, otherwise, and inductor fuses and rounds them differently in bf16. At lr 0 the
     ratio must be exactly 1, so the scoring pass then runs the graph the training pass runs, under
-    ``enable_grad`` (its activations are freed as soon as the log-probs are read). Inductor's
+    ``enable_grad`` (its activations are freed as soon as the log-probs are read). The blocks must also be
+    compiled for dynamic shapes from the start (``prepare_trainable(ratio_exact=True)``): by default each
+    mode's (eval for scoring, train for training) first shape gets a static graph and later shapes a dynamic
+    one, and the two modes meet different first shapes (PPO shuffles), so a sample could be scored by static
+    kernels and trained by dynamic ones (on the CPU, bf16: approx. KL 3e-4 with the grad mode alone, 0 with
+    both; ``ppo_precision.py``). Inductor's
     ``emulate_precision_casts`` (fused ops round as eager does) closed the gap on the CPU but not for the 8.3B
     Qwen2.5-VL on an H100 (per-token approx. KL 0.0186 → 0.0087; docs/rl.md)."""
     compiled = any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())

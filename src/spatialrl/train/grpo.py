@@ -287,7 +287,7 @@ def train(cfg: GRPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, A
     reference = None
     if cfg.kl_coef > 0 and not cfg.model.lora.enabled:
         reference = copy.deepcopy(model).eval().requires_grad_(False)  # the frozen SFT policy π_ref
-    model, optimizer = run.prepare(prepare_trainable(model, cfg.model))
+    model, optimizer = run.prepare(prepare_trainable(model, cfg.model, ratio_exact=True))
     if reference is not None:
         reference.to(acc.device)
     turns = TurnTokenizer(processor, model_type)

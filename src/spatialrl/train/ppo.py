@@ -429,7 +429,7 @@ def train(cfg: PPOConfig, stop_after: int | None = None, prebuilt: tuple[Any, An
     # --- model + value head (one module, so DeepSpeed/FSDP see a single model), optimiser
     model, processor, model_meta = run.load_model(prebuilt)
     model_type = model.config.model_type
-    model = prepare_trainable(model, cfg.model)
+    model = prepare_trainable(model, cfg.model, ratio_exact=True)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)  # the same head on every process
         model.value_head = ValueHead(hidden_size_of(model), tuple(cfg.value_head_widths))  # trained and checkpointed
