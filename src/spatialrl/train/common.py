@@ -253,9 +253,9 @@ def scoring_grad_mode(model: Any) -> Any:
     mode's (eval for scoring, train for training) first shape gets a static graph and later shapes a dynamic
     one, and the two modes meet different first shapes (PPO shuffles), so a sample could be scored by static
     kernels and trained by dynamic ones (on the CPU, bf16: approx. KL 3e-4 with the grad mode alone, 0 with
-    both; ``ppo_precision.py``). Inductor's
-    ``emulate_precision_casts`` (fused ops round as eager does) closed the gap on the CPU but not for the 8.3B
-    Qwen2.5-VL on an H100 (per-token approx. KL 0.0186 → 0.0087; docs/rl.md)."""
+    both; ``ppo_precision.py``). Inductor's ``emulate_precision_casts`` (fused ops round as eager does)
+    closed the gap on the CPU but not for the 8.3B Qwen2.5-VL on an H100 (per-token approx. KL 0.0186 →
+    0.0087; docs/rl.md)."""
     compiled = any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
     return torch.enable_grad() if compiled else torch.no_grad()
 
