@@ -188,15 +188,17 @@ read -ra _train_args <<< "${TRAIN_ARGS:-}"; TRAIN_EXTRA+=("${_train_args[@]}")
 export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}  # less fragmentation
 stamp "stage=$STAGE smoke=$SMOKE work=$WORK"
 machine_line >> "$OUT/timeline.txt" 2>&1
+# The prelude must have run in this shell. `source scripts/gpu/prelude.sh && (x) & train_builtin.sh` is a
+# trap: `&` backgrounds the whole `prelude && (x)` list, so this script starts with no PYTHONPATH and fails
+# on "No module named 'spatialrl'" (what stopped the twentieth and twenty-first sessions' first commands).
+# Write `source scripts/gpu/prelude.sh; (x) & ...` instead.
+if ! "$PY" -c "import spatialrl, moderngl" 2>/dev/null; then
+  stamp "FAILED: $PY cannot import spatialrl and moderngl (PYTHONPATH=${PYTHONPATH:-<empty>}): source scripts/gpu/prelude.sh in this shell first, and not inside a list that ends in '&'"
+  exit 1
+fi
 if [ "$STAGE" != resume ] && [ "$STAGE" != fit ]; then  # EGL renders, batch frames == single ones (seconds)
-  # one retry: on a fresh machine it once failed in 10 s with "No module named 'spatialrl'" and passed on the
-  # same machine a command later (twentieth session, not understood); the failure logs what Python saw
-  render_check() { timeout 120 "$PY" "$ROOT/scripts/gpu/render_check.py" >> "$OUT/timeline.txt" 2>&1; }
-  if ! render_check; then
-    stamp "render check failed; PY=$PY PYTHONPATH=${PYTHONPATH:-} cwd=$PWD src=$(ls -d "$ROOT/src/spatialrl" 2>&1); retrying in 5 s"
-    sleep 5
-    render_check || { stamp "FAILED: render check (EGL, scripts/gpu/render_check.py): stopping before the data stage"; exit 1; }
-  fi
+  timeout 120 "$PY" "$ROOT/scripts/gpu/render_check.py" >> "$OUT/timeline.txt" 2>&1 \
+    || { stamp "FAILED: render check (EGL, scripts/gpu/render_check.py): stopping before the data stage"; exit 1; }
 fi
 
 # ------------------------------------------------------------------------------------------- train

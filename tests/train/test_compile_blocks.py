@@ -77,39 +77,49 @@ def _answer_logprobs(model, batch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("scoring", "dynamic", "agree"),
-                         [("no_grad", True, False), ("grad", False, False), ("grad", True, True)],
-                         ids=["inference-graph", "static-first-shape", "trainers"])
-def test_compiled_bf16_scoring_and_training_passes_agree(tvr_ao_data, tiny_builtin, scoring, dynamic, agree):
+@pytest.mark.parametrize(("scoring", "dynamic", "agree", "one_graph"),
+                         [("no_grad", True, False, False), ("grad-eval", False, False, False),
+                          ("grad-eval", True, True, False), ("trainers", True, True, True)],
+                         ids=["inference-graph", "static-first-shape", "eval-mode-graph", "trainers"])
+def test_compiled_bf16_scoring_and_training_passes_agree(tvr_ao_data, tiny_builtin, scoring, dynamic, agree,
+                                                         one_graph):
     """PPO's ratio at lr 0 is exp(training-pass log-prob − scoring-pass log-prob): two forwards of one
-    model. As in the trainers, every micro-batch is scored (eval mode) before any is trained (train mode, in
-    another order: PPO shuffles), here at two sequence widths. Compiled, the two passes agree bit for bit
-    only as the trainers run them. ``inference-graph``: scored without grad, a different graph (inference,
-    not joint), fused and rounded differently in bf16 (on an H100 the 8.3B's approx. KL was 2.7 per
-    sequence; docs/rl.md). ``static-first-shape``: the joint graph, compiled by default: each mode's first
-    width gets a static graph and later widths a dynamic one, and the modes' first widths differ, so a batch
-    can be scored by static kernels and trained by dynamic ones (PPO on the CPU: approx. KL 3e-4).
-    ``trainers``: ``scoring_grad_mode`` and ``compile_blocks(dynamic=True)`` (``prepare_trainable(ratio_exact=True)``)."""
+    model. As in the trainers, every micro-batch is scored (the model in eval mode after its rollout) before
+    any is trained (train mode, in another order: PPO shuffles), here at two sequence widths. Compiled, the
+    two passes agree bit for bit only if they run the same kernels. ``inference-graph``: scored without
+    grad, a different graph (inference, not joint), fused and rounded differently in bf16. ``static-first-
+    shape``: the joint graph, compiled by default: each mode's first width gets a static graph and later
+    widths a dynamic one, and the passes' first widths differ, so a batch can be scored by static kernels
+    and trained by dynamic ones (PPO on the CPU: approx. KL 3e-4). ``eval-mode-graph``: agrees on the CPU,
+    but eval and train mode are two compiled graphs (dynamo guards on ``self.training``), and on a GPU
+    inductor times each graph's reduction configs on its own (the 8.3B on an H100: approx. KL 1.65 per
+    sequence; docs/rl.md). ``trainers``: ``scoring_mode`` (enable_grad, train mode) and
+    ``compile_blocks(dynamic=True)`` (``prepare_trainable(ratio_exact=True)``): the training pass compiles
+    nothing and runs the scoring pass's graph."""
+    from torch._dynamo.utils import counters
     from transformers import AutoModelForImageTextToText
 
-    from spatialrl.train.common import scoring_grad_mode
+    from spatialrl.train.common import scoring_mode
 
     torch._dynamo.reset()
     try:
         processor = load_processor(tiny_builtin)
         model = AutoModelForImageTextToText.from_pretrained(tiny_builtin, dtype=torch.bfloat16)
         model_family(model).prepare_model(model)
-        assert isinstance(scoring_grad_mode(model), torch.no_grad)  # eager: no graph to match
+        assert isinstance(scoring_mode(model), torch.no_grad)  # eager: no graph to match
         compile_blocks(model, **({"dynamic": True} if dynamic else {}))
         batcher = TensorBatcher(compile_dataset(tvr_ao_data, processor, "qwen2_5_vl"),
                                 processor.tokenizer.pad_token_id)
         batches = [batcher.batch(indices) for indices in ([0, 1, 2, 3], [4, 5])]
         assert batches[0]["input_ids"].shape[1] != batches[1]["input_ids"].shape[1]
         model.eval()
+        contexts = {"no_grad": torch.no_grad, "grad-eval": torch.enable_grad, "trainers": lambda: scoring_mode(model)}
         scored = []
         for batch in batches:
-            with scoring_grad_mode(model) if scoring == "grad" else torch.no_grad():
+            with contexts[scoring]():
                 scored.append(_answer_logprobs(model, batch).detach())
+        assert not model.training  # scoring_mode gives the model back in the mode it found it
+        graphs = counters["stats"]["unique_graphs"]
         model.train()
         same = []
         for batch, old in reversed(list(zip(batches, scored, strict=True))):
@@ -117,5 +127,6 @@ def test_compiled_bf16_scoring_and_training_passes_agree(tvr_ao_data, tiny_built
             trained.sum().backward()  # the training graph: activations saved for a backward
             same.append(torch.equal(trained.detach(), old))
         assert all(same) if agree else not all(same), same
+        assert (counters["stats"]["unique_graphs"] == graphs) == one_graph
     finally:
         torch._dynamo.reset()

@@ -185,7 +185,7 @@ def prepare_trainable(model: Any, cfg: ModelConfig, ratio_exact: bool = False) -
     """Apply the family's fixes (``Family.prepare_model``: Mllama's cross-attention row mask, Qwen's
     batched vision attention), freeze-vision, LoRA, gradient checkpointing and ``model.compile``; return the
     model to train. ``ratio_exact`` (PPO, GRPO): compiled blocks are compiled for dynamic shapes from the
-    first call, so every sequence length runs one graph's kernels (``scoring_grad_mode``)."""
+    first call, so every sequence length runs one graph's kernels (``scoring_mode``)."""
     from spatialrl.models.family import model_family
 
     model_family(model).prepare_model(model)
@@ -225,7 +225,7 @@ def compile_blocks(model: Any, **compile_kwargs: Any) -> int:
     a step's memory traffic. Shapes vary with the longest sample of a batch, so the blocks compile for
     dynamic shapes from the second shape on (dynamo's default). Returns the number of blocks compiled.
 
-    The RL trainers' scoring pass must run the kernels their training pass runs (``scoring_grad_mode``).
+    The RL trainers' scoring pass must run the kernels their training pass runs (``scoring_mode``).
     """
     from accelerate.utils.other import is_repeated_blocks
 
@@ -241,23 +241,42 @@ def compile_blocks(model: Any, **compile_kwargs: Any) -> int:
     return n
 
 
-def scoring_grad_mode(model: Any) -> Any:
-    """The grad mode of an RL trainer's scoring pass (the old log-probs of the PPO/GRPO ratio).
+class _TrainingGraph:
+    """``enable_grad`` and train mode for the scoring pass; the model's previous mode after it."""
 
-    Eager, ``no_grad``: the same kernels run with or without autograd. With compiled blocks the two grad
-    modes are two graphs: dynamo compiles an inference graph under ``no_grad`` and a joint forward/backward
-    graph, partitioned, otherwise, and inductor fuses and rounds them differently in bf16. At lr 0 the
-    ratio must be exactly 1, so the scoring pass then runs the graph the training pass runs, under
-    ``enable_grad`` (its activations are freed as soon as the log-probs are read). The blocks must also be
-    compiled for dynamic shapes from the start (``prepare_trainable(ratio_exact=True)``): by default each
-    mode's (eval for scoring, train for training) first shape gets a static graph and later shapes a dynamic
-    one, and the two modes meet different first shapes (PPO shuffles), so a sample could be scored by static
-    kernels and trained by dynamic ones (on the CPU, bf16: approx. KL 3e-4 with the grad mode alone, 0 with
-    both; ``ppo_precision.py``). Inductor's ``emulate_precision_casts`` (fused ops round as eager does)
-    closed the gap on the CPU but not for the 8.3B Qwen2.5-VL on an H100 (per-token approx. KL 0.0186 →
-    0.0087; docs/rl.md)."""
+    def __init__(self, model: Any) -> None:
+        self.model, self.grad = model, torch.enable_grad()
+
+    def __enter__(self) -> None:
+        self.was_training = self.model.training
+        self.grad.__enter__()
+        self.model.train()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.model.train(self.was_training)
+        self.grad.__exit__(*exc)
+
+
+def scoring_mode(model: Any) -> Any:
+    """The context of an RL trainer's scoring pass (the old log-probs of the PPO/GRPO ratio).
+
+    Eager: ``no_grad`` (the model stays in eval mode); the same kernels run with or without autograd, in
+    either mode. Compiled blocks: the training pass's own graph, so that at lr 0 the ratio is exactly 1.
+    Dynamo compiles one graph per grad mode (an inference graph under ``no_grad``, a joint forward/backward
+    one otherwise) and per module mode (it guards on ``self.training``), and inductor fuses and rounds each
+    graph its own way in bf16; on a GPU it also autotunes each graph's reduction kernels separately, by
+    timing, and the winners round differently. So the scoring pass runs under ``enable_grad`` in train mode
+    (dropout is 0 in the families we train; its activations are freed as soon as the log-probs are read).
+    The blocks must also be compiled for dynamic shapes from the start (``prepare_trainable(ratio_exact=True)``):
+    by default a graph's first shape is static and later shapes dynamic, and the two passes meet different
+    first shapes (PPO shuffles), so a sample could be scored by static kernels and trained by dynamic ones.
+    Measured (``ppo_precision.py``, bf16, lr 0, approx. KL per sequence): the CPU, small model: 3e-4 with
+    the grad mode alone, 0 with dynamic shapes too; the 8.3B Qwen2.5-VL on an H100, scoring in eval mode:
+    4.07 with inductor's ``emulate_precision_casts``, 1.65 with the grad mode and dynamic shapes (2026-12-07;
+    docs/rl.md). Train mode for scoring is the fix for the last gap, not yet measured on a GPU.
+    Called once per update: it walks the model's modules."""
     compiled = any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
-    return torch.enable_grad() if compiled else torch.no_grad()
+    return _TrainingGraph(model) if compiled else torch.no_grad()
 
 
 def _language_lora_targets(model: Any, suffixes: list[str]) -> list[str]:

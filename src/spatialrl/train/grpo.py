@@ -43,7 +43,7 @@ from spatialrl.rollout.agent_loop import EnvPool
 from spatialrl.rollout.trajectory import Segment, Trajectory, TurnTokenizer
 from spatialrl.train import losses
 from spatialrl.train.accumulation import micro_batch_plan
-from spatialrl.train.common import prepare_trainable, scoring_grad_mode
+from spatialrl.train.common import prepare_trainable, scoring_mode
 from spatialrl.train.expert_states import (
     ExpertPrompt,
     action_match,
@@ -173,8 +173,8 @@ def fill_logprobs(model: Any, turns: TurnTokenizer, seqs: list[Sequence], micro:
                   attr: str, accelerator: Any, vision: tuple[Any, Any] | None = None) -> None:
     """Teacher-forced log-probs of every sequence under ``model`` into ``seq.<attr>`` (old or ref);
     ``vision`` = ``(cache, model)`` (the rollout's cache, valid for that model only) supplies image features.
-    The old ones come from the training pass's graph (``scoring_grad_mode``), the reference's without grad."""
-    grad_mode = scoring_grad_mode(model) if attr == "old_logp" else torch.no_grad()
+    The old ones come from the training pass's graph (``scoring_mode``), the reference's without grad."""
+    grad_mode = scoring_mode(model) if attr == "old_logp" else torch.no_grad()
     for lo in range(0, len(seqs), micro):
         chunk = seqs[lo:lo + micro]
         with grad_mode, accelerator.autocast():

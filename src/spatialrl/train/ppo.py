@@ -52,7 +52,7 @@ from spatialrl.models.value_head import ValueHead, hidden_size_of
 from spatialrl.rollout.agent_loop import EnvPool, Step
 from spatialrl.rollout.trajectory import Segment, Trajectory, TurnTokenizer
 from spatialrl.train import losses, rl_common
-from spatialrl.train.common import list_checkpoints, prepare_trainable, scoring_grad_mode
+from spatialrl.train.common import list_checkpoints, prepare_trainable, scoring_mode
 from spatialrl.train.merged_rollout import merged_rollout, rollout_model
 from spatialrl.train.metrics import episode_metrics, reduce_metrics, reward_component_metrics, stats
 from spatialrl.train.policy_ops import collate_inputs, sample_segments, score_tokens, token_char_ends
@@ -258,11 +258,11 @@ def score(cfg: PPOConfig, run: Run, upd: Update, model: Any, head: Any, turns: T
           vision: tuple[Any, Any] | None) -> torch.Tensor:
     """2. Old log-probs and values of every step (into the samples), and the bootstrap values of the
     slots' next states (returned). The old log-probs come from the training pass's graph
-    (``scoring_grad_mode``: compiled blocks round differently without grad)."""
+    (``scoring_mode``: compiled blocks round each graph their own way)."""
     temperature, micro = cfg.sampling.temperature, cfg.micro_batch_size
     upd.samples = [[make_sample(s, turns.tokenizer, cfg) for s in row] for row in upd.steps]
     flat = upd.flat
-    grad_mode = scoring_grad_mode(model)  # once per update: it walks the model's modules
+    grad_mode = scoring_mode(model)  # once per update: it walks the model's modules
     for idx in rl_common.scoring_micro_batches(conversation_ids(flat), micro, cfg.shuffle):
         chunk = [flat[j] for j in idx]
         with grad_mode:
