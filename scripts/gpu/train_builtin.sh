@@ -354,8 +354,9 @@ init_source() {  # name → MODEL_ARGS. INIT=scratch (default): the recipe's pre
     MODEL_ARGS=(--model.path="$from" "--model.preset_overrides={}"); return 0 ;; esac
   case "${INIT:-scratch}" in
     scratch) return 0 ;;
-    shipped) case $from in  # tvr-va-joined: no joined VA model is shipped; the joined AO one reads its frames
-               tvr-ao-*|tvr-va-joined) from=tvr-ao-sft ;; virl-*) from=virl-sft ;; esac
+    shipped) case $from in  # both shipped TVR models read joined frames (2026-12-07): the two-image
+               # arms (tvr-ao-pre, tvr-va-sft, ...) cannot continue them (layout_matches stops them)
+               tvr-ao-*) from=tvr-ao-sft ;; tvr-va-*) from=tvr-va-sft ;; virl-*) from=virl-sft ;; esac
              MODEL_ARGS=(--model.path=builtin:"$from" "--model.preset_overrides={}") ;;
     *) local dir; dir=$(cd "$ROOT" && realpath -m "$INIT")/$from
        [ -f "$dir/config.json" ] && MODEL_ARGS=(--model.path="$dir" "--model.preset_overrides={}") ;;
@@ -394,7 +395,7 @@ train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, t
   for a in "${MODEL_ARGS[@]}"; do [[ $a == --model.path=* ]] && from=$a; done
   local why
   if ! why=$(layout_matches "$name" "${from#--model.path=}" 2>&1); then
-    stamp "FAILED: train $name: ${why##*$'\n'} (the shipped tvr-ao-sft reads joined frames since 2026-12-07: continue it with a joined arm, or set INIT_MAP)"
+    stamp "FAILED: train $name: ${why##*$'\n'} (the shipped TVR models read joined frames since 2026-12-07: continue them with a joined arm, or set INIT_MAP)"
     return
   fi
   if [ -n "${TOTAL_MIN:-}" ]; then budget=$TOTAL_MIN

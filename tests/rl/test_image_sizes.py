@@ -24,8 +24,9 @@ def test_shipped_recipes_take_the_shipped_models_sizes():
     assert ppo.task.options["grid_size"] == 224 and ppo.eval.options["grid_size"] == 224
     assert lines == ["task.options: grid_size=224 from builtin:virl-sft (its recorded image size)",
                      "eval.options: grid_size=224 from builtin:virl-sft (its recorded image size)"]
-    # the frame layout is an image option too: the AO model trained on joined frames is rolled out on them
-    for path, model, memory, layout in (("configs/grpo/tvr_multi_small.yaml", "builtin:tvr-va-sft", "va", {}),
+    # the frame layout is an image option too: the TVR models trained on joined frames are rolled out on them
+    for path, model, memory, layout in (("configs/grpo/tvr_multi_small.yaml", "builtin:tvr-va-sft", "va",
+                                         {"frames": "joined"}),
                                         ("configs/grpo/tvr_single_small.yaml", "builtin:tvr-ao-sft", "ao",
                                          {"frames": "joined"})):
         grpo = recipe(GRPOConfig, path, **{"model.path": model})

@@ -58,9 +58,9 @@ def test_a_joined_tvr_arm_gets_room_for_two_frames(tmp_path):
         "--model.path=builtin:tvr-ao-sft --model.preset_overrides={} --model.max_pixels=14336"
     assert init_args("tvr-ao-sft", tmp_path, W="280", H="168") == ""  # one frame per image: the preset's bound
     assert init_args("tvr-ao-joined-dagger", tmp_path, W="280", H="168") == "--model.max_pixels=94080"
-    # the joined VA arm: no joined VA model is shipped, so INIT=shipped starts it from the joined AO one
+    # the joined VA arm continues the shipped VA model (joined frames since the twenty-first session)
     assert init_args("tvr-va-joined", tmp_path, INIT="shipped", W="280", H="168") == \
-        "--model.path=builtin:tvr-ao-sft --model.preset_overrides={} --model.max_pixels=94080"
+        "--model.path=builtin:tvr-va-sft --model.preset_overrides={} --model.max_pixels=94080"
 
 
 def layout_matches(arm: str, init: str) -> bool:
@@ -72,13 +72,13 @@ def layout_matches(arm: str, init: str) -> bool:
 
 
 def test_a_tvr_arm_continues_only_a_model_of_its_frame_layout():
-    """The shipped AO model reads one joined image (2026-12-07): a two-image arm must not continue it."""
+    """The shipped TVR models read one joined image (2026-12-07): a two-image arm must not continue them."""
     assert not layout_matches("tvr-ao-pre", "builtin:tvr-ao-sft")  # INIT=shipped maps AO arms to tvr-ao-sft
     assert layout_matches("tvr-ao-joined", "builtin:tvr-ao-sft")
     assert layout_matches("tvr-ao-joined-dagger", "builtin:tvr-ao-sft")
-    assert not layout_matches("tvr-ao-joined", "builtin:tvr-va-sft")
-    assert layout_matches("tvr-va-sft", "builtin:tvr-va-sft")
+    assert layout_matches("tvr-ao-joined", "builtin:tvr-va-sft")  # both shipped TVR models read joined frames
+    assert not layout_matches("tvr-va-sft", "builtin:tvr-va-sft")  # the two-image VA arm
     assert not layout_matches("tvr-va-sft", "builtin:tvr-ao-sft")  # INIT_MAP tvr-va-sft=tvr-ao-sft
     assert layout_matches("tvr-va-joined", "builtin:tvr-ao-sft")
-    assert not layout_matches("tvr-va-joined", "builtin:tvr-va-sft")
+    assert layout_matches("tvr-va-joined", "builtin:tvr-va-sft")
     assert layout_matches("tvr-ao-sft", "scratch") and layout_matches("virl-sft", "builtin:tvr-ao-sft")
