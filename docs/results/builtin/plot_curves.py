@@ -7,6 +7,9 @@ image-swap gap and held-out loss against the update. Run from this folder, e.g.
         "TVR action-only (joined frames) continued from the shipped model, one H100 (2026-12-07)" \
         tvr-ao-joined="more noisy-expert data" \
         tvr-ao-joined-dagger="+ DAgger states (paused at half its budget)"
+    python plot_curves.py tvr-continue-r11-plan \
+        "TVR joined frames continued from the shipped models, 8 min each on one H100 (2026-12-07)" \
+        tvr-ao-joined="action-only, more noisy-expert data" tvr-va-joined="visual-action (whole chat), from the AO model"
 """
 
 import argparse
@@ -33,7 +36,7 @@ def main() -> None:
         for ax, key in zip(axes, ("heldout/image_swap_gap", "heldout/loss")):
             ax.plot(steps, [held[s][key] for s in steps], marker=".", label=label)
     for ax, title in zip(axes, ("held-out image-swap gap", "held-out loss")):
-        ax.set_xlabel("update (x 128 samples)")
+        ax.set_xlabel("update (action-only: x 128 samples; visual-action: x 8 episodes)")
         ax.set_title(title)
         ax.grid(alpha=0.3)
     axes[0].legend()

@@ -151,10 +151,12 @@ def report_command(
     out: Annotated[Path, typer.Option(help="Folder for report.md, report.html and assets.")] = Path("report"),
     episodes_per_run: Annotated[int, typer.Option(help="Episodes shown in the trajectory viewer per run.")] = 6,
 ) -> None:
-    """Combine run folders (e.g. expert, random, a model) into one Markdown + HTML report."""
+    """Combine run folders (e.g. expert, random, a model) into one Markdown + HTML report. The first run of
+    each task is the baseline: the others are compared with it episode by episode (solved by each, and a
+    paired bootstrap interval of the difference in successes)."""
     from rich.console import Console
 
-    from spatialrl.eval.report import print_metrics, write_report
+    from spatialrl.eval.report import print_metrics, print_paired, write_report
     from spatialrl.eval.runs import load_run, summarize_run
 
     console = Console()
@@ -167,6 +169,7 @@ def report_command(
         table = {label: summarize_run(get_suite(run.config["task"]), run.episodes)
                  for label, run in zip(unique_labels(loaded), loaded, strict=True)}
         print_metrics(console, table)
+        print_paired(console, loaded, unique_labels(loaded))
         console.print(f"report: {md} · {html}")
     except SpatialRLError as e:
         console.print(f"[red]error:[/red] {e}")

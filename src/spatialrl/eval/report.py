@@ -13,6 +13,7 @@ from typing import Any
 
 from spatialrl import __version__
 from spatialrl.envs.registry import get_suite
+from spatialrl.eval.paired import paired_comparison, successes
 from spatialrl.eval.runs import RunRecords, load_run, summarize_run
 from spatialrl.io import atomic_write_text
 
@@ -334,6 +335,43 @@ def _episode_views(suite: Any, task: str, task_runs: list[RunRecords], labels: d
     return views
 
 
+def paired_rows(runs: list[RunRecords], labels: list[str]) -> dict[str, Any] | None:
+    """Each later run against the first on the episodes they share (``eval/paired.py``), or None."""
+    if len(runs) < 2:
+        return None
+    base = successes(runs[0].episodes)
+    rows = []
+    for run, label in zip(runs[1:], labels[1:], strict=True):
+        p = paired_comparison(successes(run.episodes), base)
+        if p is not None:
+            rows.append([label, str(p.episodes), str(p.a), str(p.b), str(p.only_a), str(p.only_b), str(p.both),
+                         f"{p.a - p.b:+d} [{p.low:+.0f}, {p.high:+.0f}]"])
+    if not rows:
+        return None
+    return {"baseline": labels[0], "header": ["run", "episodes", "solved", "baseline solved", "only this run",
+                                              "only the baseline", "both", "difference [95% interval]"],
+            "rows": rows}
+
+
+def print_paired(console: Any, runs: list[RunRecords], labels: list[str]) -> None:
+    """The paired tables of ``write_report``, one per task with two or more runs, on the console."""
+    from rich.table import Table
+
+    by_task: dict[str, list[tuple[RunRecords, str]]] = {}
+    for run, label in zip(runs, labels, strict=True):
+        by_task.setdefault(run.config["task"], []).append((run, label))
+    for task, pairs in by_task.items():
+        paired = paired_rows([r for r, _ in pairs], [lb for _, lb in pairs])
+        if paired is None:
+            continue
+        t = Table(title=f"{task}: paired against the baseline, {paired['baseline']} (the same episodes)")
+        for h in ("run", "episodes", "solved", "baseline", "only run", "only base", "both", "difference, 95%"):
+            t.add_column(h, overflow="fold")
+        for row in paired["rows"]:
+            t.add_row(*row)
+        console.print(t)
+
+
 def write_report(run_dirs: list[str | Path], out_dir: str | Path, episodes_per_run: int = 6) -> tuple[Path, Path]:
     """Write ``report.md`` and ``report.html`` (+ ``assets/``) comparing ``run_dirs``."""
     out = Path(out_dir)
@@ -358,6 +396,7 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path, episodes_per_r
             section["success"] = {"key": key, "header": ["run"] + cats,
                                   "rows": [[label] + fmt_row([m.get(c, {}).get(key, "") for c in cats], key)
                                            for label, m in metrics]}
+        section["paired"] = paired_rows(task_runs, [label for label, _ in metrics])
         for run, (label, m) in zip(task_runs, metrics, strict=True):
             cats = _categories(m)
             section["runs"].append({
