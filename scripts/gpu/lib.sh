@@ -18,6 +18,15 @@ fi
 if [ -x "$(command -v spatialrl 2>/dev/null)" ]; then SRL=("$(command -v spatialrl)"); else SRL=("$PY" -m spatialrl.cli); fi
 command -v spatialrl >/dev/null 2>&1 || spatialrl() { "$PY" -m spatialrl.cli "$@"; }
 
+model_frames() {  # model (builtin:NAME or a folder) → the TVR frame layout it was trained on (its folder's
+                 # spatialrl_model.json → eval.options.frames): joined (one side-by-side image) or separate
+  "$PY" -c 'import sys
+from spatialrl.models.builtin import model_eval_settings
+from spatialrl.train.rl_common import model_agent
+agent = model_agent(sys.argv[1])
+print(((agent and model_eval_settings(agent)) or {}).get("options", {}).get("frames", "separate"))' "$1"
+}
+
 machine_line() {  # one line: host, GPU, library versions
   "$PY" - <<'PY'
 import platform, torch, transformers, accelerate

@@ -145,6 +145,9 @@ has_group() { [[ " $ARMS " == *" $1 "* ]]; }
 for g in $ARMS; do [ "$g" = virl ] || [ "$g" = tvr ] || { echo "ARMS: groups are virl and tvr, got $g" >&2; exit 2; }; done
 arms_of() { has_group virl && echo "$VIRL_ARMS${TOKEN_ARM:+ ppo-token}"; has_group tvr && echo "grpo-multi grpo-single grpo-anchored cot-sft"; }
 INIT_VA=${INIT_VA:-builtin:tvr-va-sft}; INIT_AO=${INIT_AO:-builtin:tvr-ao-sft}; GRPO_LR=${GRPO_LR:-1e-4}
+# the frame layout of cot-sft's data and evals: INIT_VA's own (both shipped TVR models read one joined image
+# since 2026-12-07). The GRPO arms adopt their init's layout by themselves (rl_common.adopt_model_image_sizes)
+has_group tvr && { TVR_FRAMES=${TVR_FRAMES:-$(model_frames "$INIT_VA")} || { echo "INIT_VA: cannot read $INIT_VA's settings" >&2; exit 2; }; }
 COT_LR=${COT_LR:-1e-4}; COT_TOKENS=${COT_TOKENS:-128}   # 1e-4: a tenth of the VA-SFT's peak, as GRPO_LR
 BENCH=${TVR_BENCH:-$ROOT/runs/gpu-inputs/tvr-bench}
 [ -f "$BENCH/bench.json" ] || BENCH=$WORK/data/tvr-bench
@@ -242,7 +245,7 @@ tvr_bench() {  # the TVR bench of seed 0 (its rl / sft splits train, its eval sp
 }
 tvr_cot_data() {  # cot-sft's data: CoT expert trajectories (templated thoughts) of the bench's sft split, VA memory
   [ -f "$COT_DATA/meta.json" ] && return 0
-  spatialrl data sft --task tvr --data "$BENCH" --split sft --cot --set memory=va --set width=$TW --set height=$TH \
+  spatialrl data sft --task tvr --data "$BENCH" --split sft --cot --set memory=va --set width=$TW --set height=$TH --set frames="$TVR_FRAMES" \
       --episodes "$COT_EPISODES" --seed 0 --out "$COT_DATA" --overwrite --batch-size 32 > "$LOGS/data-tvr-cot.log" 2>&1 \
     && stamp "data cot-sft: $(grep -o '[0-9]* samples.*episodes' "$LOGS/data-tvr-cot.log" | tail -n 1)" \
     || { stamp "FAILED: TVR CoT expert data (logs/data-tvr-cot.log)"; return 1; }
@@ -272,7 +275,7 @@ train_arm() {  # arm seed minutes
     [ "$arm" = grpo-anchored ] && args+=(--pose_anchored=true)   # the only difference from grpo-multi
   elif [ "$arm" = cot-sft ]; then
     [ -f "$COT_DATA/meta.json" ] || { stamp "FAILED: no CoT data for $name (logs/data-tvr-cot.log)"; return; }
-    opts="{memory: va, width: $TW, height: $TH, cot: true$TVR_CAP}"
+    opts="{memory: va, width: $TW, height: $TH, frames: $TVR_FRAMES, cot: true$TVR_CAP}"
     args=(sft "$ROOT/configs/sft/tvr_va_small.yaml" --model.path="$INIT_VA" "--model.preset_overrides={}"
           --seed="$seed" --data.train="$COT_DATA" --optim.lr="$COT_LR" --optim.warmup_ratio=0
           --checkpoint.every=0 --eval.task=tvr --eval.data="$BENCH" --eval.split=eval

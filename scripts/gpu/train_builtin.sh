@@ -378,12 +378,7 @@ layout_matches() {  # arm init: a TVR arm continues a model trained on its own f
   case $1 in tvr-*) ;; *) return 0 ;; esac
   [ "$2" = scratch ] && return 0
   local want got; want=$(frames_of "$1")
-  got=$("$PY" -c 'import sys
-from spatialrl.models.builtin import model_eval_settings
-from spatialrl.train.rl_common import model_agent
-agent = model_agent(sys.argv[1])
-print(((agent and model_eval_settings(agent)) or {}).get("options", {}).get("frames", "separate"))' "$2") \
-    || { echo "arm $1: could not read the settings of $2" >&2; return 1; }
+  got=$(model_frames "$2") || { echo "arm $1: could not read the settings of $2" >&2; return 1; }
   [ "$got" = "$want" ] || { echo "arm $1 trains on frames=$want, its init $2 was trained on frames=$got" >&2; return 1; }
 }
 train() {  # name recipe batch-size: trains until TRAIN_END_S of this command, then SIGTERM pauses the run

@@ -65,8 +65,9 @@ def test_a_joined_tvr_arm_gets_room_for_two_frames(tmp_path):
 
 def layout_matches(arm: str, init: str) -> bool:
     script = ROOT / "scripts/gpu/train_builtin.sh"
+    lib = ROOT / "scripts/gpu/lib.sh"
     body = (f'source <(sed -n "/^layout_matches() {{/,/^}}/p; /^frames_of() {{/,/^}}/p; /^arm() {{/,/^}}/p" {script}); '
-            f'layout_matches {arm} {init}')
+            f'source <(sed -n "/^model_frames() {{/,/^}}/p" {lib}); layout_matches {arm} {init}')
     return subprocess.run(["bash", "-c", body], env={"PATH": "/usr/bin:/bin", "PY": sys.executable},
                           capture_output=True, text=True).returncode == 0
 
