@@ -31,6 +31,7 @@ always used (micro-batch 4, no accumulation, 96-token answers, 224² grids).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import gc
 import os
@@ -105,12 +106,14 @@ def main() -> None:
     ap.add_argument("--vision-cache-mb", type=float, default=1024, help="sampling.vision_cache_mb (0: off)")
     ap.add_argument("--kv-cache", default="dynamic", choices=["dynamic", "static"], help="sampling.kv_cache")
     ap.add_argument("--merge-lora", action="store_true", help="with --lora: rollouts from the merged copy")
-    ap.add_argument("--compile", nargs="+", default=["off"], choices=["off", "on"],
-                    help="model.compile per row (the trained model's blocks compiled; both: side by side)")
+    ap.add_argument("--compile", nargs="+", default=["off"], choices=["off", "on", "deterministic"],
+                    help="model.compile per row (the trained model's blocks compiled; both: side by side); "
+                         "deterministic: compiled under torch._inductor.config.deterministic")
     ap.add_argument("--out", default=None, help="result JSON (default benchmarks/results/ppo_precision-<machine>.json)")
     args = ap.parse_args()
 
     import torch
+    import torch._inductor.config as inductor_config
 
     from spatialrl.envs.virl.testdata import random_routes, write_dataset
     from spatialrl.io import atomic_write_json
@@ -126,7 +129,11 @@ def main() -> None:
     for d in args.dtypes:
         for sh in args.shuffle:
             for c in args.compile:
-                rows.append(measure(d, sh, c == "on", data, work, args))
+                # "deterministic": compiled, with inductor's deterministic mode (no timing-picked reduction
+                # configs, pytorch#163589): the lever after train-mode scoring if the GPU still shows a gap
+                with (inductor_config.patch(deterministic=True) if c == "deterministic" else contextlib.nullcontext()):
+                    rows.append({**measure(d, sh, c != "off", data, work, args),
+                                 "inductor_deterministic": c == "deterministic"})
                 print(rows[-1], flush=True)
                 atomic_write_json(out, {**header, "rows": rows})  # after every row: a cut run keeps what it measured
     levers = f", LoRA r {args.lora}" if args.lora else ""
@@ -135,7 +142,8 @@ def main() -> None:
     print(f"{'dtype':<10} {'shuffle':<8} {'compile':<7} {'approx_kl':>10} {'clipfrac':>9} {'ratio':>8} "
           f"{'kl/token':>10} {'clip/token':>10}")
     for r in rows:
-        print(f"{r['dtype']:<10} {r['shuffle']:<8} {str(r['compile']):<7} {r['approx_kl']:>10.4f} {r['clipfrac']:>9.3f} "
+        comp = "determ." if r["inductor_deterministic"] else str(r["compile"])
+        print(f"{r['dtype']:<10} {r['shuffle']:<8} {comp:<7} {r['approx_kl']:>10.4f} {r['clipfrac']:>9.3f} "
               f"{r['ratio']:>8.3f} {r['approx_kl_token']:>10.2e} {r['clipfrac_token']:>10.3f}")
     print(f"wrote {out}")
 
