@@ -27,11 +27,6 @@ class Paired:
     high: float
     level: float
 
-    def row(self) -> dict[str, Any]:
-        return {"episodes": self.episodes, "a": self.a, "b": self.b, "both": self.both, "only_a": self.only_a,
-                "only_b": self.only_b, "difference": self.a - self.b, "low": self.low, "high": self.high,
-                "level": self.level}
-
 
 def successes(episodes: list[dict[str, Any]]) -> dict[str, bool]:
     """episode id → success, for the episodes that ended without an error and record a success."""

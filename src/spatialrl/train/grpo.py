@@ -174,10 +174,10 @@ def fill_logprobs(model: Any, turns: TurnTokenizer, seqs: list[Sequence], micro:
     """Teacher-forced log-probs of every sequence under ``model`` into ``seq.<attr>`` (old or ref);
     ``vision`` = ``(cache, model)`` (the rollout's cache, valid for that model only) supplies image features.
     The old ones come from the training pass's graph (``scoring_mode``), the reference's without grad."""
-    grad_mode = scoring_mode(model) if attr == "old_logp" else torch.no_grad()
+    context = scoring_mode(model) if attr == "old_logp" else torch.no_grad()
     for lo in range(0, len(seqs), micro):
         chunk = seqs[lo:lo + micro]
-        with grad_mode, accelerator.autocast():
+        with context, accelerator.autocast():
             inputs, (starts, ends), _ = batch_tensors(turns, chunk, accelerator.device, vision)
             logp = score_tokens(model, inputs, starts, temperature, end=ends).logp.detach()
         for b, s in enumerate(chunk):

@@ -262,10 +262,10 @@ def score(cfg: PPOConfig, run: Run, upd: Update, model: Any, head: Any, turns: T
     temperature, micro = cfg.sampling.temperature, cfg.micro_batch_size
     upd.samples = [[make_sample(s, turns.tokenizer, cfg) for s in row] for row in upd.steps]
     flat = upd.flat
-    grad_mode = scoring_mode(model)  # once per update: it walks the model's modules
+    scoring = scoring_mode(model)  # once per update: it walks the model's modules
     for idx in rl_common.scoring_micro_batches(conversation_ids(flat), micro, cfg.shuffle):
         chunk = [flat[j] for j in idx]
-        with grad_mode:
+        with scoring:
             token_logp, weights, value, _ = forward_samples(model, head, turns, chunk, temperature, False,
                                                             run.device, vision=vision, counts=upd.score_counts)
             token_logp, value = token_logp.detach(), value.detach()
