@@ -69,3 +69,16 @@ def test_report_compares_later_runs_with_the_first(tmp_path, count_suite):
     assert "paired against the baseline, random" in console.export_text()
     one, _ = write_report([base], tmp_path / "one", episodes_per_run=0)
     assert "Paired" not in one.read_text()
+
+
+def test_report_from_loaded_runs_matches_report_from_folders(tmp_path, count_suite):
+    """``spatialrl report`` loads each run once and hands the loaded runs on: the same report as from folders
+    (apart from the time it was written)."""
+    base = _run(count_suite, tmp_path / "random", RandomPolicy(3), "random", n=6)
+    expert = _run(count_suite, tmp_path / "expert", ExpertPolicy(), "expert", n=6)
+    from_dirs, _ = write_report([base, expert], tmp_path / "a", episodes_per_run=0)
+    from_runs, _ = write_report([load_run(base), load_run(expert)], tmp_path / "b", episodes_per_run=0)
+
+    def body(path):
+        return [line for line in path.read_text().splitlines() if " UTC" not in line]
+    assert body(from_dirs) == body(from_runs) and "Paired against the baseline" in from_runs.read_text()

@@ -161,11 +161,11 @@ def report_command(
 
     console = Console()
     try:
-        md, html = write_report(runs, out, episodes_per_run=episodes_per_run)
         from spatialrl.envs.registry import get_suite
         from spatialrl.eval.report import unique_labels
 
         loaded = [load_run(path) for path in runs]
+        md, html = write_report(loaded, out, episodes_per_run=episodes_per_run)
         table = {label: summarize_run(get_suite(run.config["task"]), run.episodes)
                  for label, run in zip(unique_labels(loaded), loaded, strict=True)}
         print_metrics(console, table)
