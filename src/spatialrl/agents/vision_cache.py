@@ -30,7 +30,6 @@ are enabled and the tower is trainable the cache is bypassed (features must carr
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import sys
 from typing import Any
@@ -40,6 +39,7 @@ import torch
 # Which families the cache serves, and how, is the family adapter's ``vision_features``
 # (``models/family.py``); the names below stay importable from here (train/common.py, tests).
 from spatialrl.lru import MegabyteCache
+from spatialrl.models.encode import pixel_digest
 from spatialrl.models.family import FAMILIES, QWEN_FAMILIES, VISION_MODULE_NAMES, model_family
 from spatialrl.models.sampling import transformers_model
 
@@ -220,11 +220,7 @@ class VisionCache(MegabyteCache):
 
     @staticmethod
     def _key(pixels: torch.Tensor, layout: list[int], context: tuple) -> tuple:
-        data = pixels.detach()
-        if data.device.type != "cpu":
-            data = data.cpu()
-        digest = hashlib.sha256(data.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
-        return (digest, tuple(layout), context)
+        return (pixel_digest(pixels), tuple(layout), context)
 
     def _store(self, key: tuple, entry: dict[str, Any]) -> None:
         tensors = [v for v in entry.values() if isinstance(v, torch.Tensor)] + entry.get("deepstack_features", [])

@@ -22,13 +22,13 @@ the weights' signature is checked on every call and a change clears the store.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from spatialrl.lru import MegabyteCache
+from spatialrl.models.encode import pixel_digest
 from spatialrl.models.family import model_family
 from spatialrl.models.sampling import WeightsBound, cross_attention_layer_ids, transformers_model
 
@@ -69,22 +69,17 @@ def image_runs(model: Any, row: dict[str, torch.Tensor]) -> list[ImageRun]:
         grid = row["image_grid_thw"]
         merge = inner.config.vision_config.spatial_merge_size
         counts = (grid.prod(-1) // merge**2).tolist()
-        chunks = torch.split(row["pixel_values"], grid.prod(-1).tolist())
+        digests = [pixel_digest(c) for c in torch.split(row["pixel_values"], grid.prod(-1).tolist())]
         firsts = (ids == image_id).nonzero().squeeze(-1).tolist()
         runs, k = [], 0
-        for n, chunk, layout in zip(counts, chunks, grid.tolist(), strict=True):
-            runs.append((firsts[k], n, (_digest(chunk), tuple(layout))))
+        for n, digest, layout in zip(counts, digests, grid.tolist(), strict=True):
+            runs.append((firsts[k], n, (digest, tuple(layout))))
             k += n
         return runs
     slots = (ids == image_id).nonzero().squeeze(-1).tolist()
     pixels, ratio = row["pixel_values"], row.get("aspect_ratio_ids")
-    return [(s, 1, (_digest(pixels[0, i]), int(ratio[0, i]) if ratio is not None else -1))
+    return [(s, 1, (pixel_digest(pixels[0, i]), int(ratio[0, i]) if ratio is not None else -1))
             for i, s in enumerate(slots)]
-
-
-def _digest(t: torch.Tensor) -> str:
-    data = t.detach().cpu().contiguous()
-    return hashlib.sha256(data.view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
 def _common_length(a: torch.Tensor, b: torch.Tensor) -> int:

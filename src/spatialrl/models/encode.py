@@ -42,6 +42,7 @@ a batch, left or right) and :func:`extend_inputs` (append answer tokens for teac
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -338,6 +339,15 @@ def assistant_texts(processor: Any, batch: dict[str, torch.Tensor]) -> list[list
         out.append([processor.tokenizer.decode(r, skip_special_tokens=False) for r in runs])
     return out
 
+
+
+def pixel_digest(t: torch.Tensor) -> str:
+    """SHA-256 of a tensor's bytes (one image's processed pixels): the image identity shared by the vision
+    cache and the prefix cache, so an entry one stored is found by the other's key."""
+    data = t.detach()
+    if data.device.type != "cpu":
+        data = data.cpu()
+    return hashlib.sha256(data.contiguous().view(torch.uint8).numpy()).hexdigest()
 
 # ----------------------------------------------------------------------------- batching
 # Processor outputs with a token axis (dim 1), left-padded like input_ids.
