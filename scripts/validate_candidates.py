@@ -1,0 +1,122 @@
+"""Validate trained TVR candidates against the shipped models they would replace, in one command: the ship
+decision of the plans in ``docs/results/builtin/*-plan/decision-rule.md``.
+
+    python scripts/validate_candidates.py tvr-ao-sft=/work/scratch/r22/weights/tvr-ao-joined \\
+        tvr-va-sft=/work/scratch/r22/weights/tvr-va-joined --bench /work/scratch/bench-val --out runs/val-r22
+
+For each ``NAME=DIR`` (NAME: the built-in model the weights in DIR would replace):
+
+1. ``spatialrl eval`` of ``builtin:NAME`` and of ``hf:DIR`` on the validation bench's ``eval`` split, each at
+   its recorded settings, greedy. Visual-action (VA) models at ``--batch-size`` 20 (a VA evaluation at 50 ran
+   out of the 24 GB VM's memory, docs/troubleshooting.md), the others at 50.
+2. The image probe (``spatialrl model probe``, ``--probe-states`` held-out states) of both, action-only only
+   (it is the plans' tie-break between action-only arms).
+3. ``spatialrl report`` of the pair: the episode-by-episode comparison with its paired bootstrap interval.
+4. The rule: the candidate ships when its successes reach the shipped model's on the same episodes and
+   machine plus ``--bar``.
+
+The bench is made when ``--bench`` does not exist (seed 1, 100 eval episodes: the plans' validation split,
+never trained on: training benches use other seeds). Evaluations resume: a finished run is not redone, so
+copying an earlier run of the shipped model to ``OUT/NAME-shipped`` saves its time. Prints a table and
+writes ``OUT/decision.json``. TVR only: V-IRL's validation routes are made by its own dataset commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def cli(*args: str, capture: bool = False) -> str:
+    """One ``spatialrl`` command in a fresh process (what a person would type), failing loudly."""
+    done = subprocess.run([sys.executable, "-m", "spatialrl.cli", *args], text=True,
+                          stdout=subprocess.PIPE if capture else None, check=False)
+    if done.returncode != 0:
+        sys.exit(f"validate_candidates: `spatialrl {' '.join(args)}` failed (exit {done.returncode})")
+    return done.stdout or ""
+
+
+def settings_of(agent: str) -> dict:
+    from spatialrl.models.builtin import model_eval_settings
+
+    settings = model_eval_settings(agent)
+    if settings is None or settings.get("task") != "tvr":
+        sys.exit(f"validate_candidates: {agent} records no TVR evaluation settings (spatialrl_model.json → eval); "
+                 "this script validates TVR models")
+    return settings
+
+
+def evaluate(agent: str, bench: Path, out: Path, episodes: int | None) -> dict:
+    va = settings_of(agent)["options"].get("memory") == "va"
+    args = ["eval", "--task", "tvr", "--agent", agent, "--data", str(bench), "--split", "eval",
+            "--batch-size", "20" if va else "50", "--out", str(out), "--no-report"]
+    if episodes:
+        args += ["--limit", str(episodes)]
+    cli(*args)
+    metrics = json.loads((out / "metrics.json").read_text())
+    overall = metrics["overall"]
+    return {"run": str(out), "episodes": int(overall["n"]),
+            "successes": round(overall["success_rate"] * overall["n"]), "success_rate": overall["success_rate"],
+            "memory": "va" if va else "ao",
+            "per_category": {c: m.get("success_rate") for c, m in metrics.items() if c != "overall"}}
+
+
+def probe(agent: str, bench: Path, states: int) -> dict:
+    out = json.loads(cli("model", "probe", agent, "--data", str(bench), "--states", str(states), capture=True))
+    return {k: out[k] for k in ("optimal_accuracy", "target_swap_tv") if k in out} or out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("candidates", nargs="+", metavar="NAME=DIR", help="shipped model name = candidate weights folder")
+    ap.add_argument("--bench", type=Path, required=True, help="validation bench folder (made with seed 1 if absent)")
+    ap.add_argument("--out", type=Path, required=True, help="folder for the runs, reports and decision.json")
+    ap.add_argument("--bar", type=int, default=3, help="successes over the shipped model needed to ship")
+    ap.add_argument("--episodes", type=int, default=None, help="first N eval episodes only (a rehearsal)")
+    ap.add_argument("--probe-states", type=int, default=200, help="probe states per action-only model (0: none)")
+    args = ap.parse_args()
+    pairs = []
+    for item in args.candidates:
+        name, sep, folder = item.partition("=")
+        if not sep or not name or not folder:
+            ap.error(f"candidate {item!r}: expected NAME=DIR, e.g. tvr-ao-sft=weights/tvr-ao-joined")
+        if not Path(folder).is_dir():
+            ap.error(f"candidate {item!r}: {folder} is not a folder")
+        pairs.append((name, Path(folder)))
+    if not args.bench.exists():
+        cli("tvr", "make-bench", "--out", str(args.bench), "--seed", "1",
+            "--sizes", "eval=100,sft=0,rl=0,diag_rotate=0,diag_move=0")
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name, folder in pairs:
+        shipped, candidate = f"builtin:{name}", f"hf:{folder.resolve()}"
+        old = evaluate(shipped, args.bench, args.out / f"{name}-shipped", args.episodes)
+        new = evaluate(candidate, args.bench, args.out / f"{name}-candidate", args.episodes)
+        if new["memory"] != old["memory"]:
+            sys.exit(f"validate_candidates: {name} is a {old['memory']} model and {folder} a {new['memory']} one")
+        if args.probe_states and new["memory"] == "ao":
+            old["probe"], new["probe"] = probe(shipped, args.bench, args.probe_states), \
+                probe(candidate, args.bench, args.probe_states)
+        cli("report", old["run"], new["run"], "--out", str(args.out / f"{name}-report"), "--episodes-per-run", "0")
+        needed = old["successes"] + args.bar
+        rows.append({"name": name, "candidate": str(folder), "shipped": old, "new": new, "needed": needed,
+                     "ships": new["successes"] >= needed})
+    print(f"\n{'model':<12} {'shipped':>9} {'candidate':>10} {'needed':>7}  decision")
+    for r in rows:
+        n = r["new"]["episodes"]
+        print(f"{r['name']:<12} {r['shipped']['successes']:>5}/{n:<3} {r['new']['successes']:>6}/{n:<3} "
+              f"{r['needed']:>7}  {'ships' if r['ships'] else 'does not ship'}")
+    from spatialrl.io import atomic_write_json
+
+    atomic_write_json(args.out / "decision.json", {"bench": str(args.bench), "bar": args.bar, "rows": rows})
+    print(f"wrote {args.out / 'decision.json'}; paired tables in {args.out}/*-report/report.md")
+
+
+if __name__ == "__main__":
+    main()
