@@ -96,6 +96,11 @@ def _reduce_in_process(rank: int, port: int, queue) -> None:
                          weights={"episodes/": "episodes/count", "rewards/": "episodes/count"})
     queue.put((rank, out))
     accelerator.wait_for_everyone()
+    # as the training CLI does: left to interpreter exit, gloo's threads can abort a finished process
+    # (exit -6, "terminate called without an active exception"; this test in CI, 2026-12-07)
+    from spatialrl.train.cli import _end_process_group
+
+    _end_process_group()
 
 
 def test_metrics_combine_across_processes_that_report_different_keys():
