@@ -59,11 +59,13 @@ def evaluate(agent: str, bench: Path, out: Path, episodes: int | None) -> dict:
     if episodes:
         args += ["--limit", str(episodes)]
     cli(*args)
+    from spatialrl.eval.paired import successes
+    from spatialrl.eval.runs import load_run
+
+    solved = successes(load_run(out).episodes)  # per episode, as the paired report counts them
     metrics = json.loads((out / "metrics.json").read_text())
-    overall = metrics["overall"]
-    return {"run": str(out), "episodes": int(overall["n"]),
-            "successes": round(overall["success_rate"] * overall["n"]), "success_rate": overall["success_rate"],
-            "memory": "va" if va else "ao",
+    return {"run": str(out), "episodes": len(solved), "successes": sum(solved.values()),
+            "success_rate": metrics["overall"]["success_rate"], "memory": "va" if va else "ao",
             "per_category": {c: m.get("success_rate") for c, m in metrics.items() if c != "overall"}}
 
 
