@@ -16,9 +16,11 @@ For each ``NAME=DIR`` (NAME: the built-in model the weights in DIR would replace
    machine plus ``--bar``.
 
 The bench is made when ``--bench`` does not exist (seed 1, 100 eval episodes: the plans' validation split,
-never trained on: training benches use other seeds). Evaluations resume: a finished run is not redone, so
-copying an earlier run of the shipped model to ``OUT/NAME-shipped`` saves its time. Prints a table and
-writes ``OUT/decision.json``. TVR only: V-IRL's validation routes are made by its own dataset commands.
+never trained on: training benches use other seeds). Evaluations resume: rerunning with the same ``--out``
+does not redo a finished run. An earlier run of the shipped model made elsewhere cannot stand in for one:
+``spatialrl eval`` refuses an ``--out`` whose recorded agent or data differ, so the shipped model is evaluated
+again, which also rechecks that its result reproduces. Prints a table and writes ``OUT/decision.json``.
+TVR only: V-IRL's validation routes are made by its own dataset commands.
 """
 
 from __future__ import annotations
