@@ -372,15 +372,15 @@ def print_paired(console: Any, runs: list[RunRecords], labels: list[str]) -> Non
         console.print(t)
 
 
-def write_report(run_dirs: list[str | Path | RunRecords], out_dir: str | Path,
+def write_report(runs: list[str | Path | RunRecords], out_dir: str | Path,
                  episodes_per_run: int = 6) -> tuple[Path, Path]:
-    """Write ``report.md`` and ``report.html`` (+ ``assets/``) comparing ``run_dirs``: run folders, or runs
+    """Write ``report.md`` and ``report.html`` (+ ``assets/``) comparing ``runs``: run folders, or runs
     already loaded with ``load_run`` (the CLI loads once and also prints the tables; a long run's records
     are worth reading only once)."""
     out = Path(out_dir)
     assets = out / "assets"
     assets.mkdir(parents=True, exist_ok=True)
-    runs = [p if isinstance(p, RunRecords) else load_run(p) for p in run_dirs]
+    runs = [p if isinstance(p, RunRecords) else load_run(p) for p in runs]
     labels = dict(zip(map(id, runs), unique_labels(runs), strict=True))
     by_task: dict[str, list[RunRecords]] = {}
     for r in runs:
