@@ -1,25 +1,31 @@
 """Validate trained TVR candidates against the shipped models they would replace, in one command: the ship
 decision of the plans in ``docs/results/builtin/*-plan/decision-rule.md``.
 
-    python scripts/validate_candidates.py tvr-ao-sft=/work/scratch/r22/weights/tvr-ao-joined \\
-        tvr-va-sft=/work/scratch/r22/weights/tvr-va-joined --bench /work/scratch/bench-val --out runs/val-r22
+    python scripts/validate_candidates.py tvr-ao-sft=/work/scratch/r22/tvr-ao-joined \\
+        tvr-ao-sft=/work/scratch/r22/tvr-ao-joined-dagger tvr-va-sft=/work/scratch/r22/tvr-va-joined \\
+        --bench /work/scratch/bench-val --out runs/val-r22
 
-For each ``NAME=DIR`` (NAME: the built-in model the weights in DIR would replace):
+Each ``NAME=DIR`` names a built-in model (NAME) and a folder of weights (DIR) that would replace it; a NAME
+may come more than once (several arms competing for one model: the shipped model is evaluated once). For
+each NAME:
 
-1. ``spatialrl eval`` of ``builtin:NAME`` and of ``hf:DIR`` on the validation bench's ``eval`` split, each at
-   its recorded settings, greedy. Visual-action (VA) models at ``--batch-size`` 20 (a VA evaluation at 50 ran
-   out of the 24 GB VM's memory, docs/troubleshooting.md), the others at 50.
-2. The image probe (``spatialrl model probe``, ``--probe-states`` held-out states) of both, action-only only
+1. ``spatialrl eval`` of ``builtin:NAME`` and of each ``hf:DIR`` on the validation bench's ``eval`` split
+   (runs ``OUT/NAME-shipped`` and ``OUT/NAME-candidate-<DIR's name>``), each at its recorded settings, greedy.
+   Visual-action (VA) models at ``--batch-size`` 20 (a VA evaluation at 50 ran out of the 24 GB VM's memory,
+   docs/troubleshooting.md), the others at 50.
+2. The image probe (``spatialrl model probe``, ``--probe-states`` held-out states) of each, action-only only
    (it is the plans' tie-break between action-only arms).
-3. ``spatialrl report`` of the pair: the episode-by-episode comparison with its paired bootstrap interval.
-4. The rule: the candidate ships when its successes reach the shipped model's on the same episodes and
-   machine plus ``--bar``.
+3. ``spatialrl report`` of the shipped run and the candidates' (``OUT/NAME-report``): the episode-by-episode
+   comparison with its paired bootstrap interval against the shipped model.
+4. The rule: the best candidate (most successes; on a tie the higher probe optimal accuracy, then the first
+   given) ships when its successes reach the shipped model's on the same episodes and machine plus ``--bar``.
 
 The bench is made when ``--bench`` does not exist (seed 1, 100 eval episodes: the plans' validation split,
 never trained on: training benches use other seeds). Evaluations resume: rerunning with the same ``--out``
-does not redo a finished run. An earlier run of the shipped model made elsewhere cannot stand in for one:
-``spatialrl eval`` refuses an ``--out`` whose recorded agent or data differ, so the shipped model is evaluated
-again, which also rechecks that its result reproduces. Prints a table and writes ``OUT/decision.json``.
+does not redo a finished run, so adding an arm later costs only its own evaluation. A run made elsewhere
+stands in only if it records the same agent and ``--bench`` path (``spatialrl eval`` refuses an ``--out``
+whose recorded agent or data differ), so the shipped model is usually evaluated again, which also rechecks
+that its result reproduces. Prints a table and writes ``OUT/decision.json``.
 TVR only: V-IRL's validation routes are made by its own dataset commands.
 """
 
@@ -76,46 +82,66 @@ def probe(agent: str, bench: Path, states: int) -> dict:
     return {k: out[k] for k in ("optimal_accuracy", "target_swap_tv") if k in out} or out
 
 
+def best_candidate(candidates: list[dict]) -> dict:
+    """The plans' choice between arms: most successes, then the higher probe optimal accuracy, then the first."""
+    def key(c: dict) -> tuple:
+        return c["successes"], c.get("probe", {}).get("optimal_accuracy", float("-inf"))
+    return max(candidates, key=key)  # max keeps the first of equal keys
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("candidates", nargs="+", metavar="NAME=DIR", help="shipped model name = candidate weights folder")
+    ap.add_argument("candidates", nargs="+", metavar="NAME=DIR",
+                    help="shipped model name = candidate weights folder (a NAME may repeat: competing arms)")
     ap.add_argument("--bench", type=Path, required=True, help="validation bench folder (made with seed 1 if absent)")
     ap.add_argument("--out", type=Path, required=True, help="folder for the runs, reports and decision.json")
     ap.add_argument("--bar", type=int, default=3, help="successes over the shipped model needed to ship")
     ap.add_argument("--episodes", type=int, default=None, help="first N eval episodes only (a rehearsal)")
     ap.add_argument("--probe-states", type=int, default=200, help="probe states per action-only model (0: none)")
-    args = ap.parse_args()
-    pairs = []
+    args = ap.parse_intermixed_args()  # NAME=DIR items may come after the options too
+    arms: dict[str, list[Path]] = {}
     for item in args.candidates:
         name, sep, folder = item.partition("=")
         if not sep or not name or not folder:
             ap.error(f"candidate {item!r}: expected NAME=DIR, e.g. tvr-ao-sft=weights/tvr-ao-joined")
         if not Path(folder).is_dir():
             ap.error(f"candidate {item!r}: {folder} is not a folder")
-        pairs.append((name, Path(folder)))
+        if any(Path(folder).name == f.name for f in arms.get(name, [])):
+            ap.error(f"candidate {item!r}: another {name} candidate's folder is also named {Path(folder).name!r} "
+                     "(runs are named after it)")
+        arms.setdefault(name, []).append(Path(folder))
     if not args.bench.exists():
         cli("tvr", "make-bench", "--out", str(args.bench), "--seed", "1",
             "--sizes", "eval=100,sft=0,rl=0,diag_rotate=0,diag_move=0")
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for name, folder in pairs:
-        shipped, candidate = f"builtin:{name}", f"hf:{folder.resolve()}"
+    for name, folders in arms.items():
+        shipped = f"builtin:{name}"
         old = evaluate(shipped, args.bench, args.out / f"{name}-shipped", args.episodes)
-        new = evaluate(candidate, args.bench, args.out / f"{name}-candidate", args.episodes)
-        if new["memory"] != old["memory"]:
-            sys.exit(f"validate_candidates: {name} is a {old['memory']} model and {folder} a {new['memory']} one")
-        if args.probe_states and new["memory"] == "ao":
-            old["probe"], new["probe"] = probe(shipped, args.bench, args.probe_states), \
-                probe(candidate, args.bench, args.probe_states)
-        cli("report", old["run"], new["run"], "--out", str(args.out / f"{name}-report"), "--episodes-per-run", "0")
+        news = []
+        for folder in folders:
+            new = evaluate(f"hf:{folder.resolve()}", args.bench, args.out / f"{name}-candidate-{folder.name}",
+                           args.episodes)
+            if new["memory"] != old["memory"]:
+                sys.exit(f"validate_candidates: {name} is a {old['memory']} model and {folder} a {new['memory']} one")
+            news.append({"candidate": str(folder), **new})
+        if args.probe_states and old["memory"] == "ao":
+            old["probe"] = probe(shipped, args.bench, args.probe_states)
+            for new in news:
+                new["probe"] = probe(f"hf:{Path(new['candidate']).resolve()}", args.bench, args.probe_states)
+        cli("report", old["run"], *(n["run"] for n in news), "--out", str(args.out / f"{name}-report"),
+            "--episodes-per-run", "0")
+        best = best_candidate(news)
         needed = old["successes"] + args.bar
-        rows.append({"name": name, "candidate": str(folder), "shipped": old, "new": new, "needed": needed,
-                     "ships": new["successes"] >= needed})
-    print(f"\n{'model':<12} {'shipped':>9} {'candidate':>10} {'needed':>7}  decision")
+        rows.append({"name": name, "candidate": best["candidate"], "shipped": old, "new": best,
+                     "candidates": news, "needed": needed, "ships": best["successes"] >= needed})
+    print(f"\n{'model':<12} {'candidate':<28} {'shipped':>9} {'candidate':>10} {'needed':>7}  decision")
     for r in rows:
-        n = r["new"]["episodes"]
-        print(f"{r['name']:<12} {r['shipped']['successes']:>5}/{n:<3} {r['new']['successes']:>6}/{n:<3} "
-              f"{r['needed']:>7}  {'ships' if r['ships'] else 'does not ship'}")
+        for c in r["candidates"]:
+            n = c["episodes"]
+            verdict = ("ships" if r["ships"] else "does not ship") if c is r["new"] else "not the best arm"
+            print(f"{r['name']:<12} {Path(c['candidate']).name:<28} {r['shipped']['successes']:>5}/{n:<3} "
+                  f"{c['successes']:>6}/{n:<3} {r['needed']:>7}  {verdict}")
     from spatialrl.io import atomic_write_json
 
     atomic_write_json(args.out / "decision.json", {"bench": str(args.bench), "bar": args.bar, "rows": rows})
