@@ -5,7 +5,7 @@ under $OUT, unpacked) into ``src/spatialrl/models/weights/<name>/`` with its lin
 
 What is copied: the weights, tokenizer, processor, chat template and generation config. What is changed:
 - ``config.json``: the sub-configs' ``dtype`` (the training run's, float32) is dropped, so that the model
-  loads in the dtype the caller asks for; the top level keeps its ``torch_dtype``.
+  loads in the dtype the caller asks for; the top level keeps its ``dtype``.
 - ``tokenizer_config.json``: ``is_local`` / ``local_files_only`` (the run's loading flags) are dropped.
 - ``spatialrl_model.json``: the record of the model it was continued from (``--base``, default the run
   record's ``source`` or its recipe's ``model.path``; read before anything is written, so ship a model

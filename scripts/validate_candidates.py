@@ -118,17 +118,18 @@ def main() -> None:
     for name, folders in arms.items():
         shipped = f"builtin:{name}"
         old = evaluate(shipped, args.bench, args.out / f"{name}-shipped", args.episodes)
+        probing = args.probe_states and old["memory"] == "ao"
+        if probing:
+            old["probe"] = probe(shipped, args.bench, args.probe_states)
         news = []
         for folder in folders:
-            new = evaluate(f"hf:{folder.resolve()}", args.bench, args.out / f"{name}-candidate-{folder.name}",
-                           args.episodes)
+            agent = f"hf:{folder.resolve()}"
+            new = evaluate(agent, args.bench, args.out / f"{name}-candidate-{folder.name}", args.episodes)
             if new["memory"] != old["memory"]:
                 sys.exit(f"validate_candidates: {name} is a {old['memory']} model and {folder} a {new['memory']} one")
+            if probing:
+                new["probe"] = probe(agent, args.bench, args.probe_states)
             news.append({"candidate": str(folder), **new})
-        if args.probe_states and old["memory"] == "ao":
-            old["probe"] = probe(shipped, args.bench, args.probe_states)
-            for new in news:
-                new["probe"] = probe(f"hf:{Path(new['candidate']).resolve()}", args.bench, args.probe_states)
         cli("report", old["run"], *(n["run"] for n in news), "--out", str(args.out / f"{name}-report"),
             "--episodes-per-run", "0")
         best = best_candidate(news)
