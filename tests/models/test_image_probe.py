@@ -38,6 +38,7 @@ def test_a_random_model_reads_its_images_and_a_blinded_one_does_not(bench):
 
 def test_the_shared_prefix_path_gives_the_whole_pass_distributions(bench, monkeypatch):
     from spatialrl.eval import image_probe
+    from spatialrl.models import answer_scores
 
     states = probe_states(bench, "eval", {"width": 112, "height": 64}, n=3)
     model, processor, _ = build_model("tiny", seed=1)
@@ -47,7 +48,7 @@ def test_the_shared_prefix_path_gives_the_whole_pass_distributions(bench, monkey
         def no_whole_pass(*args):
             raise AssertionError("a state fell back to whole passes")
 
-        monkeypatch.setattr(image_probe, "_full_scores", no_whole_pass)
+        monkeypatch.setattr(answer_scores, "full_scores", no_whole_pass)
         shared = image_probe.answer_distributions(model, processor, states)
     assert whole.shape == shared.shape == (3, 9)
     assert abs(whole - shared).max() < 1e-5, abs(whole - shared).max()

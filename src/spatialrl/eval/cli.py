@@ -50,6 +50,30 @@ def local_options(agent: str, prefix_cache_mb: float | None) -> dict[str, Any]:
     return {"prefix_cache_mb": prefix_cache_mb}
 
 
+def tried_penalty_of(console: Any, agent: str, task: str, flag: str | None, temperature: float) -> float:
+    """The tried-actions penalty of a run (``agents/tried_actions.py``): ``--tried-penalty`` when given,
+    else the model's recorded ``eval.tried_penalty`` for greedy runs of its task, else 0 (off)."""
+    from spatialrl.agents.tried_actions import parse_penalty
+    from spatialrl.models.builtin import model_eval_settings
+
+    if flag is not None:
+        penalty = parse_penalty(flag)
+        if penalty and agent.partition(":")[0] not in ("hf", "builtin"):
+            raise SpatialRLError(f"--tried-penalty only applies to hf:PATH and builtin:NAME agents, not --agent {agent}")
+        return penalty
+    settings = model_eval_settings(agent)
+    if settings is None or settings["task"] != task or "tried_penalty" not in settings:
+        return 0.0
+    if temperature:
+        console.print(f"{agent}: its recorded tried-actions memory is a rule of greedy decoding; off at "
+                      f"--temperature {temperature}")
+        return 0.0
+    penalty = parse_penalty(settings["tried_penalty"])
+    console.print(f"{agent}: its evaluation setting tried-penalty {settings['tried_penalty']} "
+                  "(--tried-penalty 0 turns it off)")
+    return penalty
+
+
 def apply_model_settings(console: Any, agent: str, task: str, options: dict[str, Any], user_sets: dict[str, Any],
                          max_new_tokens: int | None) -> int:
     """Put a trained model's recorded evaluation settings (image size, memory mode, grid size, answer
@@ -103,6 +127,11 @@ def eval_command(
     prefix_cache_mb: Annotated[float | None, typer.Option(
         help="hf:/builtin: agents: MB of KV cache kept between an episode's turns, so a turn prefills only "
              "what was added since (0 = off) [default: 1024 on CPU, off on GPU].")] = None,
+    tried_penalty: Annotated[str | None, typer.Option(
+        help="hf:/builtin: agents, greedy: a memory of what was tried (docs/evaluation.md). When the model's "
+             "answer was already given at the same view in this episode, answer with the best of log p - "
+             "PENALTY x times given there; inf = the most likely answer not given there yet; 0 = off "
+             "[default: the model's recorded setting, else 0].")] = None,
 ) -> None:
     """Evaluate an agent on a task; resumable (re-running the same command skips finished episodes)."""
     from rich.console import Console
@@ -127,9 +156,10 @@ def eval_command(
         if out is None:
             out = default_run_dir(task, agent, options)
         sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
+        penalty = tried_penalty_of(console, agent, task, tried_penalty, temperature)
         result, metrics = evaluate(task, agent, options, out, batch_size=batch_size, sampling=sampling,
                                    label=label, overwrite=overwrite, seed=seed, retry_errors=retry_errors,
-                                   policy_options=policy_options)
+                                   policy_options=policy_options, tried_penalty=penalty)
         again = [f"{n} {what}" for n, what in ((result.retried_errors, "errored before, run again"),
                                                (result.redone_incomplete, "with torn step records, run again")) if n]
         console.print(

@@ -29,6 +29,7 @@ def evaluate(
     progress: bool = True,
     retry_errors: bool = True,
     policy_options: dict[str, Any] | None = None,
+    tried_penalty: float = 0.0,
 ) -> tuple[RunResult, dict[str, dict[str, float]]]:
     """Evaluate ``agent`` (a spec such as ``expert`` or ``hf:PATH``, or a ready ``policy``) on ``task``.
 
@@ -38,7 +39,9 @@ def evaluate(
     ``retry_errors`` is False). Errored episodes are counted in ``metrics.json`` (``errors`` per
     category, the first messages in ``overall.error_messages``) and left out of the other metrics.
     ``policy_options`` go to :func:`load_policy` (e.g. an API agent's ``timeout``, ``max_retries``); they
-    are not part of the run's identity.
+    are not part of the run's identity. ``tried_penalty`` > 0 wraps the policy in the tried-actions
+    memory of greedy decoding (``agents/tried_actions.py``); it is part of the run's identity (recorded
+    only when on, so runs without it keep their old ``run.json``).
     """
     suite = get_suite(task)
     options = {**suite.default_options, **options}
@@ -52,11 +55,19 @@ def evaluate(
     config = {"task": task, "agent": agent, "options": options,
               "sampling": {k: v for k, v in asdict(sampling).items() if k != "streams"},
               "label": label or agent}
+    if tried_penalty:
+        from spatialrl.agents.tried_actions import penalty_text
+
+        config["tried_penalty"] = penalty_text(tried_penalty)
     check_run_dir(out, config, overwrite=overwrite)  # before loading a model: a wrong --out fails fast
     if policy is None:
         from spatialrl.agents.loader import load_policy
 
         policy = load_policy(agent, seed=seed, **(policy_options or {}))
+    if tried_penalty:
+        from spatialrl.agents.tried_actions import TriedActionsPolicy
+
+        policy = TriedActionsPolicy(policy, tried_penalty)
     open_run_dir(out, config, overwrite=overwrite)  # everything is checked: only now is the folder made
     result = run_episodes(suite, options, policy, episodes, batch_size=batch_size, sampling=sampling,
                           out_dir=out, progress=progress, retry_errors=retry_errors)
