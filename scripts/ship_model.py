@@ -10,7 +10,7 @@ What is copied: the weights, tokenizer, processor, chat template and generation 
 - ``spatialrl_model.json``: the record of the model it was continued from (``--base``, default the run
   record's ``source`` or its recipe's ``model.path``; read before anything is written, so ship a model
   continued from another shipped one before replacing that one), with this run's ``eval`` settings (what
-  `spatialrl eval hf:` applies), and one more entry in its ``continued`` list: from, updates, trained_on,
+  `spatialrl eval hf:` applies; the base's ``tried_penalty`` is kept, docs/evaluation.md), and one more entry in its ``continued`` list: from, updates, trained_on,
   command, recipe, dataset.
 
 Nothing is written unless every input file is present and readable (a clear error names what is missing).
@@ -55,7 +55,12 @@ def lineage(base: dict, run: dict, base_name: str, trained_on: str, command: str
         sys.exit(f"ship_model: the run's spatialrl_model.json lacks {missing}")
     chain.append({"from": base_name, "updates": run["updates"], "trained_on": trained_on, "command": command,
                   "recipe": run["recipe"], "dataset": run["dataset"]})
-    return {**base, "eval": run["eval"], "continued": chain}
+    settings = dict(run["eval"])
+    if "tried_penalty" in base.get("eval", {}) and "tried_penalty" not in settings:
+        # a decoding rule chosen on validation for the model this one replaces, under which the candidate
+        # was validated too (validate_candidates.py): it stays until a plan changes it
+        settings["tried_penalty"] = base["eval"]["tried_penalty"]
+    return {**base, "eval": settings, "continued": chain}
 
 
 def main() -> None:

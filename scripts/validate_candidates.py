@@ -12,7 +12,9 @@ each NAME:
 1. ``spatialrl eval`` of ``builtin:NAME`` and of each ``hf:DIR`` on the validation bench's ``eval`` split
    (runs ``OUT/NAME-shipped`` and ``OUT/NAME-candidate-<DIR's name>``), each at its recorded settings, greedy.
    Visual-action (VA) models at ``--batch-size`` 20 (a VA evaluation at 50 ran out of the 24 GB VM's memory,
-   docs/troubleshooting.md), the others at 50.
+   docs/troubleshooting.md), the others at 50. Candidates are decoded with the shipped model's tried-actions
+   penalty (its recorded ``eval.tried_penalty``, docs/evaluation.md; 0 when it has none), so both sides use
+   one decoding rule: a candidate's own folder records none.
 2. The image probe (``spatialrl model probe``, ``--probe-states`` held-out states) of each, action-only only
    (it is the plans' tie-break between action-only arms).
 3. ``spatialrl report`` of the shipped run and the candidates' (``OUT/NAME-report``): the episode-by-episode
@@ -60,10 +62,10 @@ def settings_of(agent: str) -> dict:
     return settings
 
 
-def evaluate(agent: str, bench: Path, out: Path, episodes: int | None) -> dict:
+def evaluate(agent: str, bench: Path, out: Path, episodes: int | None, tried_penalty: str) -> dict:
     va = settings_of(agent)["options"].get("memory") == "va"
     args = ["eval", "--task", "tvr", "--agent", agent, "--data", str(bench), "--split", "eval",
-            "--batch-size", "20" if va else "50", "--out", str(out), "--no-report"]
+            "--batch-size", "20" if va else "50", "--out", str(out), "--no-report", "--tried-penalty", tried_penalty]
     if episodes:
         args += ["--limit", str(episodes)]
     cli(*args)
@@ -74,7 +76,8 @@ def evaluate(agent: str, bench: Path, out: Path, episodes: int | None) -> dict:
     metrics = json.loads((out / "metrics.json").read_text())
     return {"run": str(out), "episodes": len(solved), "successes": sum(solved.values()),
             "success_rate": metrics["overall"]["success_rate"], "memory": "va" if va else "ao",
-            "per_category": {c: m.get("success_rate") for c, m in metrics.items() if c != "overall"}}
+            "per_category": {c: m.get("success_rate") for c, m in metrics.items() if c != "overall"},
+            "tried_penalty": tried_penalty}
 
 
 def probe(agent: str, bench: Path, states: int) -> dict:
@@ -117,14 +120,15 @@ def main() -> None:
     rows = []
     for name, folders in arms.items():
         shipped = f"builtin:{name}"
-        old = evaluate(shipped, args.bench, args.out / f"{name}-shipped", args.episodes)
+        tried = str(settings_of(shipped).get("tried_penalty", 0))
+        old = evaluate(shipped, args.bench, args.out / f"{name}-shipped", args.episodes, tried)
         probing = args.probe_states and old["memory"] == "ao"
         if probing:
             old["probe"] = probe(shipped, args.bench, args.probe_states)
         news = []
         for folder in folders:
             agent = f"hf:{folder.resolve()}"
-            new = evaluate(agent, args.bench, args.out / f"{name}-candidate-{folder.name}", args.episodes)
+            new = evaluate(agent, args.bench, args.out / f"{name}-candidate-{folder.name}", args.episodes, tried)
             if new["memory"] != old["memory"]:
                 sys.exit(f"validate_candidates: {name} is a {old['memory']} model and {folder} a {new['memory']} one")
             if probing:

@@ -20,17 +20,19 @@ import typer
 BUILTIN_ROWS = {"tvr": "builtin:tvr-ao-sft", "virl": "builtin:virl-sft"}
 
 
-def builtin_row(task: str, options: dict, episodes: int) -> tuple[str, dict, object]:
-    """(agent, options, sampling) of the task's built-in model at its recorded eval settings, on
-    ``episodes`` episodes per category (TVR, spread round-robin) or per split (V-IRL)."""
+def builtin_row(task: str, options: dict, episodes: int) -> tuple[str, dict, object, float]:
+    """(agent, options, sampling, tried-actions penalty) of the task's built-in model at its recorded eval
+    settings, on ``episodes`` episodes per category (TVR, spread round-robin) or per split (V-IRL)."""
     from spatialrl.agents.base import SamplingParams
+    from spatialrl.agents.tried_actions import parse_penalty
     from spatialrl.models.builtin import model_eval_settings
 
     agent = BUILTIN_ROWS[task]
     settings = model_eval_settings(agent) or {"options": {}, "max_new_tokens": 256}
     limit = 4 * episodes if task == "tvr" else episodes
     opts = {**options, **settings.get("options", {}), "limit": limit}
-    return agent, opts, SamplingParams(max_new_tokens=int(settings.get("max_new_tokens", 256)))
+    return (agent, opts, SamplingParams(max_new_tokens=int(settings.get("max_new_tokens", 256))),
+            parse_penalty(settings.get("tried_penalty", 0)))
 
 
 def demo_command(
@@ -82,14 +84,15 @@ def demo_command(
     runs = []
     for task, options in jobs:
         table = {}
-        chosen = [(a.strip(), options, None) for a in agents.split(",") if a.strip()]
+        chosen = [(a.strip(), options, None, 0.0) for a in agents.split(",") if a.strip()]
         if builtin and task in BUILTIN_ROWS:
             chosen.append(builtin_row(task, options, builtin_episodes))
-        for agent, opts, sampling in chosen:
+        for agent, opts, sampling, tried_penalty in chosen:
             console.rule(f"{task} · {agent}")
             name = agent.replace(":", "-").replace("/", "_").replace("@", "_")
             run_dir = out / "runs" / f"{task}-{name}"
-            _, metrics = evaluate(task, agent, opts, run_dir, batch_size=batch_size, seed=seed, sampling=sampling)
+            _, metrics = evaluate(task, agent, opts, run_dir, batch_size=batch_size, seed=seed, sampling=sampling,
+                                  tried_penalty=tried_penalty)
             table[agent] = metrics
             runs.append(run_dir)
         print_metrics(console, table)

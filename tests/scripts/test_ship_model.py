@@ -22,6 +22,9 @@ def ship(tmp_path, monkeypatch):
     spec.loader.exec_module(module)
     weights = tmp_path / "weights"
     shutil.copytree(SHIPPED, weights / "tvr-ao-sft")
+    record = json.loads((weights / "tvr-ao-sft/spatialrl_model.json").read_text())
+    record["eval"].pop("tried_penalty", None)  # the tests below set it where they need it
+    (weights / "tvr-ao-sft/spatialrl_model.json").write_text(json.dumps(record))
     monkeypatch.setattr(module, "WEIGHTS", weights)
     run = tmp_path / "run"
     shutil.copytree(SHIPPED, run)
@@ -60,6 +63,17 @@ def test_a_run_ships_with_its_lineage_and_settings(ship):
     assert not {"is_local", "local_files_only"} & set(json.loads((out / "tokenizer_config.json").read_text()))
     assert (out / "model.safetensors").read_bytes() == (run / "model.safetensors").read_bytes()
     assert sorted(p.name for p in weights.iterdir()) == ["tvr-ao-sft", "tvr-va-sft"]  # no staging left behind
+
+
+def test_the_base_models_tried_penalty_is_kept(ship):
+    call, weights, _, va_eval = ship
+    path = weights / "tvr-ao-sft/spatialrl_model.json"
+    record = json.loads(path.read_text())
+    record["eval"]["tried_penalty"] = "inf"
+    path.write_text(json.dumps(record))
+    call("tvr-va-sft", "--base", "builtin:tvr-ao-sft")
+    shipped = json.loads((weights / "tvr-va-sft/spatialrl_model.json").read_text())
+    assert shipped["eval"] == {**va_eval, "tried_penalty": "inf"}
 
 
 def test_a_missing_file_writes_nothing(ship):
