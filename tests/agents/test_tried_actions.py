@@ -90,6 +90,7 @@ def test_the_memory_breaks_a_greedy_loop_and_plain_greedy_does_not(bench, loopin
     assert "tried_penalty" not in json.loads((plain_run / "run.json").read_text())
 
     plain = _steps(plain_run)
+    assert not any("greedy_response" in s for steps in plain.values() for s in steps)
     for steps in plain.values():  # the loop: every pose comes back and RotateLeft is given there again
         assert {s["action"] for s in steps} == {"RotateLeft"}
         assert max(Counter((tuple(s["prev_pose"]), s["action"]) for s in steps).values()) > 1
@@ -100,6 +101,8 @@ def test_the_memory_breaks_a_greedy_loop_and_plain_greedy_does_not(bench, loopin
         pairs = Counter((tuple(s["prev_pose"]), s["action"]) for s in steps)
         assert max(pairs.values()) == 1  # never the same answer twice at the same view
         changed += sum(s["action"] != "RotateLeft" for s in steps)
+        # a changed step keeps the model's own answer; an unchanged one has no such field
+        assert all((s.get("greedy_response") == "Action: RotateLeft") == (s["action"] != "RotateLeft") for s in steps)
     assert changed >= len(memory)  # each episode left its loop at least once
 
 

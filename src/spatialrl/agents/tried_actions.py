@@ -77,7 +77,8 @@ def choose(logprobs: np.ndarray, times: list[int], penalty: float) -> int:
 
 class TriedActionsPolicy:
     """Wrap a local model policy (``hf:`` / ``builtin:``, anything with ``model`` and ``processor``) with the
-    tried-actions memory (module docstring). ``usage["tried_overrides"]`` counts the answers it changed."""
+    tried-actions memory (module docstring). ``usage["tried_overrides"]`` counts the answers it changed, and
+    each changed step's line in ``steps.jsonl`` keeps the model's own answer as ``greedy_response``."""
 
     def __init__(self, inner: Any, penalty: float = math.inf):
         if not (hasattr(inner, "model") and hasattr(inner, "processor")):
@@ -148,5 +149,5 @@ class TriedActionsPolicy:
                     old = generations[i]
                     out[i] = Generation(text=pick, prompt_tokens=old.prompt_tokens,
                                         completion_tokens=old.completion_tokens,
-                                        extra={**old.extra, "tried_actions": {"greedy": old.text}})
+                                        extra={**old.extra, "step_record": {"greedy_response": old.text}})
         return out

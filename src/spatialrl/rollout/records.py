@@ -27,8 +27,10 @@ def step_record(
     truncated: bool,
     info: dict[str, Any],
     completion_tokens: int | None = None,
+    policy_fields: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One line of ``steps.jsonl``: the runner's fields, then the env's ``info["record"]`` fields."""
+    """One line of ``steps.jsonl``: the runner's fields, the policy's own (``Generation.extra["step_record"]``,
+    e.g. the greedy answer the tried-actions memory replaced), then the env's ``info["record"]`` fields."""
     return {
         "episode_id": spec.episode_id,
         "category": spec.category,
@@ -38,6 +40,7 @@ def step_record(
         "terminated": bool(terminated),
         "truncated": bool(truncated),
         "completion_tokens": completion_tokens,
+        **jsonable(policy_fields or {}),
         **jsonable(info.get("record", {})),
     }
 

@@ -278,7 +278,7 @@ def run_episodes(
                 n_steps += 1
                 slot.response_tokens += int(gen.completion_tokens or 0)
                 slot.steps.append(step_record(slot.spec, slot.t - 1, gen.text, reward, terminated,
-                                              truncated, info, gen.completion_tokens))
+                                              truncated, info, gen.completion_tokens, gen.extra.get("step_record")))
                 if on_turn is not None:
                     on_turn(slot.spec, sent[id(slot)], gen, o.step)
                 if o.ended:
