@@ -90,3 +90,15 @@ def count_suite(monkeypatch):
 
     monkeypatch.setitem(registry._SUITES, "count", SUITE)
     return SUITE
+
+
+@pytest.fixture(scope="session")
+def one_scene_tvr_bench(tmp_path_factory):
+    """A real TVR bench of one generated eval scene and 8 eval tasks (seed 5), made once per session: for
+    tests that need genuine TVR states and episodes but no training data (image probe, tried actions)."""
+    from spatialrl.envs.tvr.bench import BenchConfig, make_bench
+
+    out = tmp_path_factory.mktemp("one-scene") / "bench"
+    sizes = {"eval": 8, "sft": 0, "rl": 0, "diag_rotate": 0, "diag_move": 0}
+    make_bench(out, BenchConfig.preset(seed=5, sizes=sizes, scenes={"sft": 0, "eval": 1, "rl": 0}), progress=False)
+    return out

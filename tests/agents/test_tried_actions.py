@@ -17,17 +17,12 @@ from spatialrl.errors import SpatialRLError
 from spatialrl.eval.evaluate import evaluate
 from spatialrl.models.builtin import build_model
 
-TINY = {"eval": 4, "sft": 0, "rl": 0, "diag_rotate": 0, "diag_move": 0}
-OPTIONS = {"width": 112, "height": 64, "memory": "ao", "frames": "joined", "split": "eval"}
+OPTIONS = {"width": 112, "height": 64, "memory": "ao", "frames": "joined", "split": "eval", "limit": 4}
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory):
-    from spatialrl.envs.tvr.bench import BenchConfig, make_bench
-
-    out = tmp_path_factory.mktemp("tried") / "bench"
-    make_bench(out, BenchConfig.preset(seed=5, sizes=TINY, scenes={"sft": 0, "eval": 1, "rl": 0}), progress=False)
-    return out
+def bench(one_scene_tvr_bench):
+    return one_scene_tvr_bench
 
 
 class AlwaysRotateLeft(HFPolicy):

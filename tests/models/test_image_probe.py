@@ -9,16 +9,10 @@ import torch
 from spatialrl.eval.image_probe import image_sensitivity, probe_states, virl_image_sensitivity, with_target
 from spatialrl.models.builtin import build_model, model_eval_settings, resolve_builtin
 
-TINY = {"eval": 8, "sft": 0, "rl": 0, "diag_rotate": 0, "diag_move": 0}
-
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory):
-    from spatialrl.envs.tvr.bench import BenchConfig, make_bench
-
-    out = tmp_path_factory.mktemp("probe") / "bench"
-    make_bench(out, BenchConfig.preset(seed=5, sizes=TINY, scenes={"sft": 0, "eval": 1, "rl": 0}), progress=False)
-    return out
+def bench(one_scene_tvr_bench):
+    return one_scene_tvr_bench
 
 
 def test_a_random_model_reads_its_images_and_a_blinded_one_does_not(bench):

@@ -8,6 +8,8 @@ imports (torch, transformers) happen inside the commands so ``spatialrl --help``
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -58,20 +60,43 @@ def run_trainer(config_cls: type, train_fn_path: str, config: Path | None, overr
 
     cfg = load_config(config_cls, config, overrides)
     module_name, fn_name = train_fn_path.split(":")
+    train = getattr(importlib.import_module(module_name), fn_name)
     try:
-        return getattr(importlib.import_module(module_name), fn_name)(cfg)
+        result = train(cfg)
     finally:
-        _end_process_group()
+        spread = _end_process_group()
+    if spread:
+        _exit_finished_rank()
+    return result
 
 
-def _end_process_group() -> None:
+def _end_process_group() -> bool:
     """Tear a multi-process run's process group down before the interpreter exits. Left to interpreter
     shutdown, gloo's threads can abort a finished process ("terminate called without an active
-    exception", exit -6: rank 1 of the two-process CPU test, after its final save, 2026-12-05)."""
+    exception", exit -6: rank 1 of the two-process CPU test, after its final save, 2026-12-05). True when
+    there was a group of more than one process."""
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    spread = dist.get_world_size() > 1
+    dist.destroy_process_group()
+    return spread
+
+
+def _exit_finished_rank() -> None:
+    """End a rank of a multi-process run that finished cleanly without the interpreter's teardown. Even with
+    its process group destroyed, a finished rank 1 of the two-process CPU test still aborted at exit
+    once more ("terminate called without an active exception", exit -6, after its final save, 2026-12-07
+    in CI): a native thread torn down during finalisation, and the launcher then failed the whole run.
+    Everything the run writes is written and closed by now (atomic files, trackers closed, accelerate's
+    ``end_training``), so the streams are flushed and the process exits 0 at once."""
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(0)
 
 
 @train_app.command("sft", context_settings=OVERRIDE_CONTEXT)
