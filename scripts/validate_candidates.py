@@ -62,10 +62,10 @@ def settings_of(agent: str) -> dict:
     return settings
 
 
-def evaluate(agent: str, bench: Path, out: Path, episodes: int | None, tried_penalty: str) -> dict:
+def evaluate(agent: str, bench: Path, out: Path, episodes: int | None, tried_penalty: str | float) -> dict:
     va = settings_of(agent)["options"].get("memory") == "va"
     args = ["eval", "--task", "tvr", "--agent", agent, "--data", str(bench), "--split", "eval",
-            "--batch-size", "20" if va else "50", "--out", str(out), "--no-report", "--tried-penalty", tried_penalty]
+            "--batch-size", "20" if va else "50", "--out", str(out), "--no-report", "--tried-penalty", str(tried_penalty)]
     if episodes:
         args += ["--limit", str(episodes)]
     cli(*args)
@@ -93,6 +93,8 @@ def best_candidate(candidates: list[dict]) -> dict:
 
 
 def main() -> None:
+    from spatialrl.agents.tried_actions import penalty_text, recorded_penalty
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("candidates", nargs="+", metavar="NAME=DIR",
                     help="shipped model name = candidate weights folder (a NAME may repeat: competing arms)")
@@ -120,7 +122,7 @@ def main() -> None:
     rows = []
     for name, folders in arms.items():
         shipped = f"builtin:{name}"
-        tried = str(settings_of(shipped).get("tried_penalty", 0))
+        tried = penalty_text(recorded_penalty(settings_of(shipped)))
         old = evaluate(shipped, args.bench, args.out / f"{name}-shipped", args.episodes, tried)
         probing = args.probe_states and old["memory"] == "ao"
         if probing:

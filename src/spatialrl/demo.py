@@ -24,7 +24,7 @@ def builtin_row(task: str, options: dict, episodes: int) -> tuple[str, dict, obj
     """(agent, options, sampling, tried-actions penalty) of the task's built-in model at its recorded eval
     settings, on ``episodes`` episodes per category (TVR, spread round-robin) or per split (V-IRL)."""
     from spatialrl.agents.base import SamplingParams
-    from spatialrl.agents.tried_actions import parse_penalty
+    from spatialrl.agents.tried_actions import recorded_penalty
     from spatialrl.models.builtin import model_eval_settings
 
     agent = BUILTIN_ROWS[task]
@@ -32,7 +32,7 @@ def builtin_row(task: str, options: dict, episodes: int) -> tuple[str, dict, obj
     limit = 4 * episodes if task == "tvr" else episodes
     opts = {**options, **settings.get("options", {}), "limit": limit}
     return (agent, opts, SamplingParams(max_new_tokens=int(settings.get("max_new_tokens", 256))),
-            parse_penalty(settings.get("tried_penalty", 0)))
+            recorded_penalty(settings))
 
 
 def demo_command(

@@ -48,6 +48,12 @@ def parse_penalty(value: float | str) -> float:
     return penalty
 
 
+def recorded_penalty(settings: dict[str, Any] | None) -> float:
+    """The penalty a model records in its evaluation settings (``eval.tried_penalty`` of its
+    ``spatialrl_model.json``, as ``model_eval_settings`` returns them); 0 (off) when it records none."""
+    return parse_penalty((settings or {}).get("tried_penalty", 0))
+
+
 def penalty_text(penalty: float) -> str | float:
     """The penalty as a run's config records it (JSON has no infinity)."""
     return "inf" if math.isinf(penalty) else penalty

@@ -53,7 +53,7 @@ def local_options(agent: str, prefix_cache_mb: float | None) -> dict[str, Any]:
 def tried_penalty_of(console: Any, agent: str, task: str, flag: str | None, temperature: float) -> float:
     """The tried-actions penalty of a run (``agents/tried_actions.py``): ``--tried-penalty`` when given,
     else the model's recorded ``eval.tried_penalty`` for greedy runs of its task, else 0 (off)."""
-    from spatialrl.agents.tried_actions import parse_penalty
+    from spatialrl.agents.tried_actions import parse_penalty, recorded_penalty
     from spatialrl.models.builtin import model_eval_settings
 
     if flag is not None:
@@ -68,7 +68,7 @@ def tried_penalty_of(console: Any, agent: str, task: str, flag: str | None, temp
         console.print(f"{agent}: its recorded tried-actions memory is a rule of greedy decoding; off at "
                       f"--temperature {temperature}")
         return 0.0
-    penalty = parse_penalty(settings["tried_penalty"])
+    penalty = recorded_penalty(settings)
     console.print(f"{agent}: its evaluation setting tried-penalty {settings['tried_penalty']} "
                   "(--tried-penalty 0 turns it off)")
     return penalty
