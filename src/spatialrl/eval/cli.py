@@ -186,20 +186,11 @@ def report_command(
     paired bootstrap interval of the difference in successes)."""
     from rich.console import Console
 
-    from spatialrl.eval.report import print_metrics, print_paired, write_report
-    from spatialrl.eval.runs import load_run, summarize_run
+    from spatialrl.eval.report import write_report
 
     console = Console()
     try:
-        from spatialrl.envs.registry import get_suite
-        from spatialrl.eval.report import unique_labels
-
-        loaded = [load_run(path) for path in runs]
-        md, html = write_report(loaded, out, episodes_per_run=episodes_per_run)
-        table = {label: summarize_run(get_suite(run.config["task"]), run.episodes)
-                 for label, run in zip(unique_labels(loaded), loaded, strict=True)}
-        print_metrics(console, table)
-        print_paired(console, loaded, unique_labels(loaded))
+        md, html = write_report(runs, out, episodes_per_run=episodes_per_run, console=console)
         console.print(f"report: {md} · {html}")
     except SpatialRLError as e:
         console.print(f"[red]error:[/red] {e}")

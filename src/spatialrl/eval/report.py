@@ -353,30 +353,24 @@ def paired_rows(runs: list[RunRecords], labels: list[str]) -> dict[str, Any] | N
             "rows": rows}
 
 
-def print_paired(console: Any, runs: list[RunRecords], labels: list[str]) -> None:
-    """The paired tables of ``write_report``, one per task with two or more runs, on the console."""
+def print_paired(console: Any, task: str, paired: dict[str, Any]) -> None:
+    """One task's paired table of ``write_report`` (``paired_rows``) on the console."""
     from rich.table import Table
 
-    by_task: dict[str, list[tuple[RunRecords, str]]] = {}
-    for run, label in zip(runs, labels, strict=True):
-        by_task.setdefault(run.config["task"], []).append((run, label))
-    for task, pairs in by_task.items():
-        paired = paired_rows([r for r, _ in pairs], [lb for _, lb in pairs])
-        if paired is None:
-            continue
-        t = Table(title=f"{task}: paired against the baseline, {paired['baseline']} (the same episodes)")
-        for h in ("run", "episodes", "solved", "baseline", "only run", "only base", "both", "difference, 95%"):
-            t.add_column(h, overflow="fold")
-        for row in paired["rows"]:
-            t.add_row(*row)
-        console.print(t)
+    t = Table(title=f"{task}: paired against the baseline, {paired['baseline']} (the same episodes)")
+    for h in ("run", "episodes", "solved", "baseline", "only run", "only base", "both", "difference, 95%"):
+        t.add_column(h, overflow="fold")
+    for row in paired["rows"]:
+        t.add_row(*row)
+    console.print(t)
 
 
 def write_report(runs: list[str | Path | RunRecords], out_dir: str | Path,
-                 episodes_per_run: int = 6) -> tuple[Path, Path]:
+                 episodes_per_run: int = 6, console: Any = None) -> tuple[Path, Path]:
     """Write ``report.md`` and ``report.html`` (+ ``assets/``) comparing ``runs``: run folders, or runs
-    already loaded with ``load_run`` (the CLI loads once and also prints the tables; a long run's records
-    are worth reading only once)."""
+    already loaded with ``load_run``. With a rich ``console``, each task's metric and paired tables are
+    printed there too, from the same summaries (a long run's records are worth reading and summarising
+    only once)."""
     out = Path(out_dir)
     assets = out / "assets"
     assets.mkdir(parents=True, exist_ok=True)
@@ -400,6 +394,10 @@ def write_report(runs: list[str | Path | RunRecords], out_dir: str | Path,
                                   "rows": [[label] + fmt_row([m.get(c, {}).get(key, "") for c in cats], key)
                                            for label, m in metrics]}
         section["paired"] = paired_rows(task_runs, [label for label, _ in metrics])
+        if console is not None:
+            print_metrics(console, dict(metrics))
+            if section["paired"] is not None:
+                print_paired(console, task, section["paired"])
         for run, (label, m) in zip(task_runs, metrics, strict=True):
             cats = _categories(m)
             section["runs"].append({
